@@ -1,0 +1,164 @@
+"""One root error with a stable code, so every failure can be told apart and translated once.
+
+Two families: `DefinitionError` for a developer's mistake while defining agents and tools
+(raised at import or registry time), and `RunError` for what goes wrong while a run executes.
+Store and transport errors sit beside them. Each class's docstring is its default message;
+`code` is the stable name the HTTP API reports.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class AgentServerError(Exception):
+    """An agent server error."""
+
+    code: ClassVar[str] = "agent_server_error"
+    http_status: ClassVar[int] = 500
+
+    def __init__(self, message: str | None = None) -> None:
+        self.message = message or (self.__doc__ or self.code).strip()
+        super().__init__(self.message)
+
+
+# -- definition time ------------------------------------------------------------------------------
+
+
+class DefinitionError(AgentServerError, ValueError):
+    """An agent or tool definition is invalid."""
+
+    code = "invalid_definition"
+
+
+# -- runs -----------------------------------------------------------------------------------------
+
+
+class RunError(AgentServerError):
+    """The run failed."""
+
+    code = "run_failed"
+
+
+class MaxStepsExceededError(RunError):
+    """Max steps exceeded"""
+
+    code = "max_steps_exceeded"
+
+
+class ModelError(RunError):
+    """The model failed to answer."""
+
+    code = "model_error"
+
+
+class ScriptExhaustedError(ModelError):
+    """The scripted model has no response left for this session."""
+
+    code = "script_exhausted"
+
+
+class ToolNotOfferedError(ModelError):
+    """The model called a tool that was not offered to it."""
+
+    code = "tool_not_offered"
+
+
+class ToolExecutionError(RunError):
+    """A tool failed."""
+
+    code = "tool_failed"
+
+
+class RemoteAgentError(RunError):
+    """The remote agent server failed or could not be reached."""
+
+    code = "remote_agent_error"
+
+
+# -- requests against sessions --------------------------------------------------------------------
+
+
+class NotFoundError(AgentServerError):
+    """Not found."""
+
+    code = "not_found"
+    http_status = 404
+
+
+class SessionNotFoundError(NotFoundError):
+    """Session not found."""
+
+    code = "session_not_found"
+
+
+class AgentNotFoundError(NotFoundError):
+    """Unknown agent type."""
+
+    code = "agent_not_found"
+
+
+class StreamNotFoundError(NotFoundError):
+    """Stream not found."""
+
+    code = "stream_not_found"
+
+
+class ConflictError(AgentServerError):
+    """The request conflicts with the session's current state."""
+
+    code = "conflict"
+    http_status = 409
+
+
+class SessionExistsError(ConflictError):
+    """A session with this id already exists."""
+
+    code = "session_exists"
+
+
+class SessionRunningError(ConflictError):
+    """The session is running."""
+
+    code = "session_running"
+
+
+class SessionNotResumableError(ConflictError):
+    """The session cannot be resumed in its current state."""
+
+    code = "session_not_resumable"
+
+
+class InvalidRequestError(AgentServerError):
+    """The request is invalid."""
+
+    code = "invalid_request"
+    http_status = 422
+
+
+class InvalidSessionIdError(InvalidRequestError):
+    """Session ids match ^[A-Za-z0-9._:-]{1,200}$."""
+
+    code = "invalid_session_id"
+
+
+# -- infrastructure -------------------------------------------------------------------------------
+
+
+class StoreError(AgentServerError):
+    """The state store failed."""
+
+    code = "store_error"
+    http_status = 503
+
+
+class StoreClosedError(StoreError):
+    """The state store is not open."""
+
+    code = "store_closed"
+
+
+class LifecycleError(AgentServerError, RuntimeError):
+    """The object is used outside its lifecycle (not started, or already closed)."""
+
+    code = "lifecycle_error"

@@ -1,0 +1,68 @@
+"""Wire shapes only, no I/O: messages, stream chunks, session references and API bodies.
+
+This package sits at the bottom of the import graph and imports nothing else of ours.
+"""
+
+from app.protocol.chunks import (
+    CHUNK_ADAPTER,
+    BaseChunk,
+    Chunk,
+    ErrorChunk,
+    InterruptedChunk,
+    OutputChunk,
+    SubagentEndChunk,
+    SubagentStartChunk,
+    TextDeltaChunk,
+    ToolEndChunk,
+    ToolPendingChunk,
+    ToolStartChunk,
+    chunk_from_json,
+    chunk_to_json,
+)
+from app.protocol.messages import (
+    MESSAGE_ADAPTER,
+    AssistantMessage,
+    Message,
+    ToolCall,
+    ToolMessage,
+    UserMessage,
+)
+from app.protocol.session import (
+    STOPPED_STATUSES,
+    TERMINAL_STATUSES,
+    FailureReason,
+    RefMode,
+    RemoteRef,
+    SessionStatus,
+    SubSessionRef,
+)
+
+__all__ = [
+    "CHUNK_ADAPTER",
+    "MESSAGE_ADAPTER",
+    "STOPPED_STATUSES",
+    "TERMINAL_STATUSES",
+    "AssistantMessage",
+    "BaseChunk",
+    "Chunk",
+    "ErrorChunk",
+    "FailureReason",
+    "InterruptedChunk",
+    "Message",
+    "OutputChunk",
+    "RefMode",
+    "RemoteRef",
+    "SessionStatus",
+    "SubSessionRef",
+    "SubagentEndChunk",
+    "SubagentStartChunk",
+    "TextDeltaChunk",
+    "ToolCall",
+    "ToolEndChunk",
+    "ToolMessage",
+    "ToolPendingChunk",
+    "ToolStartChunk",
+    "UserMessage",
+    "chunk_from_json",
+    "chunk_to_json",
+]

@@ -1,0 +1,52 @@
+"""State stores: one `StateStore` interface; in-memory, SQLite and PostgreSQL implementations."""
+
+from __future__ import annotations
+
+from app.errors import DefinitionError
+from app.store.base import (
+    ChunkAppend,
+    InterruptFlag,
+    MessageAppend,
+    RefUpsert,
+    SessionRecord,
+    StateStore,
+    StreamState,
+    StreamUpdate,
+    WriteBatch,
+    now_ms,
+)
+from app.store.memory import MemoryStore
+
+
+def create_store(database_url: str) -> StateStore:
+    """The store `database_url` names, unopened: use it as `async with create_store(url) as store`.
+
+    `memory://` keeps everything in this process; `sqlite+aiosqlite:///path` and
+    `postgresql+asyncpg://...` open a SQL database and migrate it to the current schema on entry.
+    """
+    if database_url.startswith("memory:"):
+        return MemoryStore()
+    if database_url.startswith(("sqlite+aiosqlite:", "postgresql+asyncpg:")):
+        from app.store.sql import SqlStore
+
+        return SqlStore(database_url)
+    raise DefinitionError(
+        f"Unsupported database URL {database_url.split(':', 1)[0]!r}: use memory://, "
+        "sqlite+aiosqlite:///path or postgresql+asyncpg://user@host/db"
+    )
+
+
+__all__ = [
+    "ChunkAppend",
+    "InterruptFlag",
+    "MemoryStore",
+    "MessageAppend",
+    "RefUpsert",
+    "SessionRecord",
+    "StateStore",
+    "StreamState",
+    "StreamUpdate",
+    "WriteBatch",
+    "create_store",
+    "now_ms",
+]

@@ -1,0 +1,286 @@
+"""The `StateStore` interface every store implements, and the records it keeps.
+
+A run writes through `commit(WriteBatch)` only: one batch is one atomic write (one transaction
+on the SQL stores), so a step's assistant message, tool results, state, refs and chunks land
+together or not at all. Reads return immutable records. Leases, the interrupt flag and wake-ups
+have their own methods because other processes touch them concurrently with the run.
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Literal, Self
+
+from pydantic import JsonValue
+
+from app.errors import LifecycleError, StoreClosedError
+from app.protocol import Chunk, Message, SessionStatus, SubSessionRef
+
+
+def now_ms() -> int:
+    """Milliseconds since the epoch."""
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    """A session as stored. Runs replace it whole through `WriteBatch.updated_sessions`.
+
+    `owner_id` and `lease_expires_at` are written on creation and afterwards only by the lease
+    methods, never by an update, so a lease renewal and a step commit cannot overwrite each other.
+    Treat `state` and the JSON fields as immutable once the record is committed.
+    """
+
+    session_id: str
+    agent_type: str
+    stream_id: str
+    """The stream the session writes to: its own id for a root, the root's id for a local child."""
+    status: SessionStatus
+    created_at: int
+    updated_at: int
+    parent_session_id: str | None = None
+    step_count: int = 0
+    """Steps taken in the current turn (what `max_steps` bounds)."""
+    state: dict[str, Any] = field(default_factory=dict)
+    """The agent's custom state (its `state_schema`, dumped to JSON)."""
+    input: JsonValue = None
+    """The input the session was started with."""
+    output: JsonValue = None
+    error: str | None = None
+    failure_reason: str | None = None
+    idempotency_key: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    owner_id: str | None = None
+    lease_expires_at: int | None = None
+
+    @property
+    def is_root(self) -> bool:
+        """Whether the session owns its stream (it is not a local sub-agent)."""
+        return self.stream_id == self.session_id
+
+
+@dataclass(frozen=True, slots=True)
+class MessageAppend:
+    """One message appended to a session's conversation at position `index` (0-based)."""
+
+    session_id: str
+    index: int
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class RefUpsert:
+    """A sub-session reference to insert or replace, keyed by parent and sub-session id."""
+
+    parent_session_id: str
+    ref: SubSessionRef
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkAppend:
+    """Chunks appended to a stream; their sequences continue the stream's without a gap."""
+
+    stream_id: str
+    chunks: Sequence[Chunk]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamUpdate:
+    """A stream's run status: a stream whose status is a stopped one has ended (for now)."""
+
+    stream_id: str
+    status: SessionStatus
+
+
+@dataclass(slots=True)
+class WriteBatch:
+    """Everything one atomic write changes; applied as sessions, messages, refs, chunks."""
+
+    new_sessions: list[SessionRecord] = field(default_factory=list)
+    """Inserted; an existing id fails the whole batch with `SessionExistsError`."""
+    updated_sessions: list[SessionRecord] = field(default_factory=list)
+    """Replaced (lease fields excepted); a missing id fails it with `SessionNotFoundError`."""
+    messages: list[MessageAppend] = field(default_factory=list)
+    refs: list[RefUpsert] = field(default_factory=list)
+    chunks: list[ChunkAppend] = field(default_factory=list)
+    streams: list[StreamUpdate] = field(default_factory=list)
+    """Upserted: a stream row is created by its first update."""
+
+    def is_empty(self) -> bool:
+        """Whether the batch changes nothing."""
+        return not (
+            self.new_sessions
+            or self.updated_sessions
+            or self.messages
+            or self.refs
+            or self.chunks
+            or self.streams
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class StreamState:
+    """How far a stream has got, and whether its run has stopped."""
+
+    stream_id: str
+    last_sequence: int
+    status: SessionStatus
+
+
+@dataclass(frozen=True, slots=True)
+class InterruptFlag:
+    """A pending interrupt request."""
+
+    session_id: str
+    reason: str | None
+    requested_at: int
+
+
+Listener = Callable[[str], None]
+"""Called with a session or stream id; must not block."""
+
+
+class StateStore(abc.ABC):
+    """Where sessions, messages, sub-session refs, interrupt flags and streams live.
+
+    A store is an async context manager: `async with store:` opens it (migrating a SQL database) and
+    closes it. Every method raises `StoreClosedError` outside that window; unknown ids raise the
+    project's not-found errors and duplicates its conflict errors, never a driver exception.
+    """
+
+    def __init__(self) -> None:
+        self._state: Literal["new", "open", "closed"] = "new"
+        self._interrupt_listeners: list[Listener] = []
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        if self._state != "new":
+            raise LifecycleError(f"{type(self).__name__} can only be opened once")
+        await self._open()
+        self._state = "open"
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._state == "open":
+            self._state = "closed"
+            await self._close()
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the store is open for use."""
+        return self._state == "open"
+
+    def _check_open(self) -> None:
+        if self._state != "open":
+            raise StoreClosedError(f"{type(self).__name__} is {self._state}, not open")
+
+    async def _open(self) -> None:  # noqa: B027 - optional hook
+        """Acquire resources (connections, migrations)."""
+
+    async def _close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources."""
+
+    # -- writes --------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def commit(self, batch: WriteBatch) -> None:
+        """Apply `batch` atomically: all of it or, on any error, none of it."""
+
+    # -- sessions ------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def get_session(self, session_id: str) -> SessionRecord:
+        """The session, or `SessionNotFoundError`."""
+
+    @abc.abstractmethod
+    async def find_session_by_idempotency_key(self, key: str) -> SessionRecord | None:
+        """The session created with this idempotency key, if any."""
+
+    @abc.abstractmethod
+    async def load_messages(self, session_id: str) -> list[Message]:
+        """The session's conversation, oldest first (empty for an unknown session)."""
+
+    @abc.abstractmethod
+    async def get_sub_session_refs(self, parent_session_id: str) -> list[SubSessionRef]:
+        """The parent's sub-session refs in the order they were first added."""
+
+    # -- leases --------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def claim_session(self, session_id: str, owner_id: str, lease_ms: int) -> bool:
+        """Take the session's lease if free, expired or already ours; say whether we hold it."""
+
+    @abc.abstractmethod
+    async def renew_leases(
+        self, owner_id: str, session_ids: Sequence[str], lease_ms: int
+    ) -> set[str]:
+        """Extend our leases on these sessions; returns the ids we still hold."""
+
+    @abc.abstractmethod
+    async def release_session(self, session_id: str, owner_id: str) -> None:
+        """Give up our lease on the session (nothing happens if we do not hold it)."""
+
+    @abc.abstractmethod
+    async def list_orphaned_sessions(self, *, owner_id: str | None = None) -> list[SessionRecord]:
+        """Root sessions still `running` whose lease has expired or that have no owner.
+
+        With `owner_id`, sessions held by that owner are included too (a restarted server finding
+        its own sessions).
+        """
+
+    # -- interrupts ----------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def set_interrupt_flag(self, session_id: str, reason: str | None = None) -> None:
+        """Raise the durable interrupt flag (idempotent; the latest reason wins)."""
+
+    @abc.abstractmethod
+    async def check_interrupt_flag(self, session_id: str) -> InterruptFlag | None:
+        """Atomically read and clear the flag: each raised flag is returned exactly once."""
+
+    def add_interrupt_listener(self, listener: Listener) -> Callable[[], None]:
+        """Call `listener(session_id)` soon after any process raises a flag; returns a remover.
+
+        A fast path only: the flag itself stays the truth.
+        """
+        self._interrupt_listeners.append(listener)
+        return lambda: self._interrupt_listeners.remove(listener)
+
+    # -- streams -------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def read_chunks(
+        self, stream_id: str, *, after: int = 0, limit: int = 1000
+    ) -> list[Chunk]:
+        """Chunks with sequence > `after`, in order, at most `limit`."""
+
+    @abc.abstractmethod
+    async def get_stream(self, stream_id: str) -> StreamState:
+        """The stream's last sequence and status, or `StreamNotFoundError`."""
+
+    @abc.abstractmethod
+    async def wait_for_stream(self, stream_id: str, *, after: int, timeout: float) -> None:
+        """Return once the stream may have a chunk past `after` or a new status, or on timeout.
+
+        May return early (callers re-read); in-process writes wake waiters at once, other processes'
+        writes within milliseconds (LISTEN/NOTIFY on PostgreSQL, polling on SQLite).
+        """
+
+    @abc.abstractmethod
+    async def delete_finished_streams(self, *, older_than_ms: int) -> int:
+        """Delete the chunks of streams stopped before `now - older_than_ms`; returns how many."""
+
+    def _notify_interrupt(self, session_id: str) -> None:
+        for listener in list(self._interrupt_listeners):
+            listener(session_id)

@@ -1,0 +1,260 @@
+"""The in-memory store: the reference implementation of the contract, for tests and the library.
+
+Every method runs without awaiting, so each call, `commit` included, is atomic on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Sequence
+
+from app.errors import SessionExistsError, SessionNotFoundError, StreamNotFoundError
+from app.protocol import STOPPED_STATUSES, Chunk, Message, SessionStatus, SubSessionRef
+from app.store.base import (
+    InterruptFlag,
+    SessionRecord,
+    StateStore,
+    StreamState,
+    WriteBatch,
+    now_ms,
+)
+
+
+@dataclasses.dataclass(slots=True)
+class _Stream:
+    chunks: list[Chunk]
+    status: SessionStatus
+    stopped_at: int | None
+    changed: asyncio.Event
+    base: int = 0
+    """Chunks deleted by retention: `chunks[0]` has sequence `base + 1`."""
+
+    @property
+    def last_sequence(self) -> int:
+        return self.base + len(self.chunks)
+
+
+class MemoryStore(StateStore):
+    """Keeps everything in dictionaries of this process."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._sessions: dict[str, SessionRecord] = {}
+        self._by_key: dict[str, str] = {}
+        self._messages: dict[str, list[Message]] = {}
+        self._refs: dict[str, dict[str, SubSessionRef]] = {}
+        self._flags: dict[str, InterruptFlag] = {}
+        self._streams: dict[str, _Stream] = {}
+
+    async def commit(self, batch: WriteBatch) -> None:
+        """Validate the whole batch first, then apply it: all or nothing."""
+        self._check_open()
+        self._validate(batch)
+        now = now_ms()
+        for record in batch.new_sessions:
+            self._sessions[record.session_id] = record
+            if record.idempotency_key is not None:
+                self._by_key[record.idempotency_key] = record.session_id
+            self._messages.setdefault(record.session_id, [])
+        for record in batch.updated_sessions:
+            held = self._sessions[record.session_id]
+            self._sessions[record.session_id] = dataclasses.replace(
+                record, owner_id=held.owner_id, lease_expires_at=held.lease_expires_at
+            )
+        for append in batch.messages:
+            self._messages.setdefault(append.session_id, []).append(append.message)
+        for upsert in batch.refs:
+            self._refs.setdefault(upsert.parent_session_id, {})[upsert.ref.sub_session_id] = (
+                upsert.ref
+            )
+        touched: set[str] = set()
+        for chunk_append in batch.chunks:
+            self._stream(chunk_append.stream_id).chunks.extend(chunk_append.chunks)
+            touched.add(chunk_append.stream_id)
+        for update in batch.streams:
+            stream = self._stream(update.stream_id)
+            stream.status = update.status
+            stream.stopped_at = now if update.status in STOPPED_STATUSES else None
+            touched.add(update.stream_id)
+        for stream_id in touched:
+            stream = self._streams[stream_id]
+            stream.changed.set()
+            stream.changed = asyncio.Event()
+
+    def _validate(self, batch: WriteBatch) -> None:
+        new_ids: set[str] = set()
+        for record in batch.new_sessions:
+            if record.session_id in self._sessions or record.session_id in new_ids:
+                raise SessionExistsError(f"Session {record.session_id!r} already exists")
+            if record.idempotency_key is not None and record.idempotency_key in self._by_key:
+                raise SessionExistsError(
+                    f"A session with idempotency key {record.idempotency_key!r} already exists"
+                )
+            new_ids.add(record.session_id)
+        for record in batch.updated_sessions:
+            if record.session_id not in self._sessions and record.session_id not in new_ids:
+                raise SessionNotFoundError(f"Session {record.session_id!r} not found")
+        counts: dict[str, int] = {}
+        for append in batch.messages:
+            expected = counts.get(append.session_id)
+            if expected is None:
+                expected = len(self._messages.get(append.session_id, ()))
+            if append.index != expected:
+                raise SessionExistsError(
+                    f"Message {append.index} of session {append.session_id!r} conflicts: "
+                    f"the next index is {expected}"
+                )
+            counts[append.session_id] = expected + 1
+        lasts: dict[str, int] = {}
+        for chunk_append in batch.chunks:
+            last = lasts.get(chunk_append.stream_id)
+            if last is None:
+                stream = self._streams.get(chunk_append.stream_id)
+                last = stream.last_sequence if stream else 0
+            for chunk in chunk_append.chunks:
+                if chunk.sequence != last + 1:
+                    raise SessionExistsError(
+                        f"Chunk {chunk.sequence} of stream {chunk_append.stream_id!r} does not "
+                        f"follow {last}"
+                    )
+                last = chunk.sequence
+            lasts[chunk_append.stream_id] = last
+
+    def _stream(self, stream_id: str) -> _Stream:
+        stream = self._streams.get(stream_id)
+        if stream is None:
+            stream = self._streams[stream_id] = _Stream([], "running", None, asyncio.Event())
+        return stream
+
+    async def get_session(self, session_id: str) -> SessionRecord:
+        """The session, or `SessionNotFoundError`."""
+        self._check_open()
+        try:
+            return self._sessions[session_id]
+        except KeyError:
+            raise SessionNotFoundError(f"Session {session_id!r} not found") from None
+
+    async def find_session_by_idempotency_key(self, key: str) -> SessionRecord | None:
+        """The session created with this key, if any."""
+        self._check_open()
+        session_id = self._by_key.get(key)
+        return None if session_id is None else self._sessions[session_id]
+
+    async def load_messages(self, session_id: str) -> list[Message]:
+        """The session's conversation."""
+        self._check_open()
+        return list(self._messages.get(session_id, ()))
+
+    async def get_sub_session_refs(self, parent_session_id: str) -> list[SubSessionRef]:
+        """The parent's refs, in insertion order."""
+        self._check_open()
+        return list(self._refs.get(parent_session_id, {}).values())
+
+    async def claim_session(self, session_id: str, owner_id: str, lease_ms: int) -> bool:
+        """Take the lease if free, expired or ours."""
+        record = await self.get_session(session_id)
+        now = now_ms()
+        free = (
+            record.owner_id is None
+            or record.owner_id == owner_id
+            or (record.lease_expires_at or 0) < now
+        )
+        if free:
+            self._sessions[session_id] = dataclasses.replace(
+                record, owner_id=owner_id, lease_expires_at=now + lease_ms
+            )
+        return free
+
+    async def renew_leases(
+        self, owner_id: str, session_ids: Sequence[str], lease_ms: int
+    ) -> set[str]:
+        """Extend the leases we hold."""
+        self._check_open()
+        held: set[str] = set()
+        expires = now_ms() + lease_ms
+        for session_id in session_ids:
+            record = self._sessions.get(session_id)
+            if record is not None and record.owner_id == owner_id:
+                self._sessions[session_id] = dataclasses.replace(record, lease_expires_at=expires)
+                held.add(session_id)
+        return held
+
+    async def release_session(self, session_id: str, owner_id: str) -> None:
+        """Drop our lease."""
+        self._check_open()
+        record = self._sessions.get(session_id)
+        if record is not None and record.owner_id == owner_id:
+            self._sessions[session_id] = dataclasses.replace(
+                record, owner_id=None, lease_expires_at=None
+            )
+
+    async def list_orphaned_sessions(self, *, owner_id: str | None = None) -> list[SessionRecord]:
+        """Running roots with no live owner (or owned by `owner_id`)."""
+        self._check_open()
+        now = now_ms()
+        return [
+            record
+            for record in self._sessions.values()
+            if record.status == "running"
+            and record.is_root
+            and (
+                record.owner_id is None
+                or (record.lease_expires_at or 0) < now
+                or (owner_id is not None and record.owner_id == owner_id)
+            )
+        ]
+
+    async def set_interrupt_flag(self, session_id: str, reason: str | None = None) -> None:
+        """Raise the flag and tell the listeners."""
+        self._check_open()
+        self._flags[session_id] = InterruptFlag(session_id, reason, now_ms())
+        self._notify_interrupt(session_id)
+
+    async def check_interrupt_flag(self, session_id: str) -> InterruptFlag | None:
+        """Pop the flag."""
+        self._check_open()
+        return self._flags.pop(session_id, None)
+
+    async def read_chunks(
+        self, stream_id: str, *, after: int = 0, limit: int = 1000
+    ) -> list[Chunk]:
+        """Chunks after `after`; sequences are 1-based positions in the list."""
+        self._check_open()
+        stream = self._streams.get(stream_id)
+        if stream is None:
+            return []
+        start = max(after - stream.base, 0)
+        return stream.chunks[start : start + limit]
+
+    async def get_stream(self, stream_id: str) -> StreamState:
+        """The stream's progress."""
+        self._check_open()
+        stream = self._streams.get(stream_id)
+        if stream is None:
+            raise StreamNotFoundError(f"Stream {stream_id!r} not found")
+        return StreamState(stream_id, stream.last_sequence, stream.status)
+
+    async def wait_for_stream(self, stream_id: str, *, after: int, timeout: float) -> None:
+        """Wait for the stream's next change."""
+        self._check_open()
+        stream = self._stream(stream_id)
+        if stream.last_sequence > after:
+            return
+        try:
+            async with asyncio.timeout(timeout):
+                await stream.changed.wait()
+        except TimeoutError:
+            return
+
+    async def delete_finished_streams(self, *, older_than_ms: int) -> int:
+        """Forget the chunks of long-stopped streams."""
+        self._check_open()
+        cutoff = now_ms() - older_than_ms
+        deleted = 0
+        for stream in self._streams.values():
+            if stream.stopped_at is not None and stream.stopped_at < cutoff and stream.chunks:
+                deleted += len(stream.chunks)
+                stream.base += len(stream.chunks)
+                stream.chunks = []
+        return deleted

@@ -1,0 +1,1 @@
+"""The SQL stores (SQLite and PostgreSQL over SQLAlchemy async): being built, see issue 3."""

@@ -1,0 +1,438 @@
+"""The store contract: every `StateStore` implementation must pass this module unchanged."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import pytest
+
+from app.errors import (
+    SessionExistsError,
+    SessionNotFoundError,
+    StoreClosedError,
+    StreamNotFoundError,
+)
+from app.protocol import (
+    AssistantMessage,
+    ErrorChunk,
+    InterruptedChunk,
+    OutputChunk,
+    RemoteRef,
+    SubagentEndChunk,
+    SubagentStartChunk,
+    SubSessionRef,
+    TextDeltaChunk,
+    ToolCall,
+    ToolEndChunk,
+    ToolMessage,
+    ToolPendingChunk,
+    ToolStartChunk,
+    UserMessage,
+)
+from app.store import (
+    ChunkAppend,
+    MemoryStore,
+    MessageAppend,
+    RefUpsert,
+    SessionRecord,
+    StateStore,
+    StreamUpdate,
+    WriteBatch,
+    now_ms,
+)
+
+
+def session(session_id: str = "s1", **changes: object) -> SessionRecord:
+    base = SessionRecord(
+        session_id=session_id,
+        agent_type="agent",
+        stream_id=session_id,
+        status="running",
+        created_at=1_000,
+        updated_at=1_000,
+    )
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
+def delta(sequence: int, text: str = "x", agent_id: str = "s1") -> TextDeltaChunk:
+    return TextDeltaChunk(
+        sequence=sequence, agent_id=agent_id, agent_type="agent", step=1, timestamp=5, delta=text
+    )
+
+
+async def create(store: StateStore, *records: SessionRecord) -> None:
+    await store.commit(WriteBatch(new_sessions=list(records)))
+
+
+# -- sessions -------------------------------------------------------------------------------------
+
+
+async def test_session_round_trips_every_field(store: StateStore) -> None:
+    record = session(
+        "root",
+        parent_session_id="p",
+        step_count=3,
+        state={"notes": ["a"], "n": 1},
+        input={"message": "hi", "nested": {"x": [1, 2]}},
+        output={"answer": 42},
+        error="boom",
+        failure_reason="parent_suspended",
+        idempotency_key="key-1",
+        input_tokens=10,
+        output_tokens=20,
+        owner_id="owner-a",
+        lease_expires_at=99_999,
+    )
+    await create(store, record)
+    assert await store.get_session("root") == record
+
+
+async def test_unknown_session_is_not_found(store: StateStore) -> None:
+    with pytest.raises(SessionNotFoundError):
+        await store.get_session("missing")
+
+
+async def test_duplicate_session_is_a_conflict_and_changes_nothing(store: StateStore) -> None:
+    await create(store, session("a"))
+    batch = WriteBatch(
+        new_sessions=[session("b"), session("a", agent_type="other")],
+        messages=[MessageAppend("b", 0, UserMessage(content="hi"))],
+    )
+    with pytest.raises(SessionExistsError):
+        await store.commit(batch)
+    with pytest.raises(SessionNotFoundError):
+        await store.get_session("b")
+    assert await store.load_messages("b") == []
+    assert (await store.get_session("a")).agent_type == "agent"
+
+
+async def test_update_replaces_the_record_but_not_its_lease(store: StateStore) -> None:
+    await create(store, session("a", owner_id="me", lease_expires_at=5_000))
+    updated = session("a", status="completed", output="done", step_count=2, owner_id=None)
+    await store.commit(WriteBatch(updated_sessions=[updated]))
+    assert await store.get_session("a") == dataclasses.replace(
+        updated, owner_id="me", lease_expires_at=5_000
+    )
+
+
+async def test_update_of_unknown_session_fails_the_batch(store: StateStore) -> None:
+    batch = WriteBatch(new_sessions=[session("new")], updated_sessions=[session("ghost")])
+    with pytest.raises(SessionNotFoundError):
+        await store.commit(batch)
+    with pytest.raises(SessionNotFoundError):
+        await store.get_session("new")
+
+
+async def test_idempotency_key_finds_the_session_and_is_unique(store: StateStore) -> None:
+    await create(store, session("a", idempotency_key="k"))
+    found = await store.find_session_by_idempotency_key("k")
+    assert found is not None
+    assert found.session_id == "a"
+    assert await store.find_session_by_idempotency_key("other") is None
+    with pytest.raises(SessionExistsError):
+        await create(store, session("b", idempotency_key="k"))
+
+
+# -- messages -------------------------------------------------------------------------------------
+
+
+async def test_messages_round_trip_in_order(store: StateStore) -> None:
+    messages = [
+        UserMessage(content="add 1 and 2"),
+        AssistantMessage(
+            content="adding",
+            tool_calls=(ToolCall("add", {"a": 1, "b": 2}, id="c1"), ToolCall("bad", "{oops", "c2")),
+        ),
+        ToolMessage(tool_call_id="c1", tool_name="add", result=3),
+        ToolMessage(tool_call_id="c2", tool_name="bad", result=None, error="invalid JSON"),
+    ]
+    await create(store, session("a"))
+    await store.commit(
+        WriteBatch(messages=[MessageAppend("a", i, m) for i, m in enumerate(messages[:2])])
+    )
+    await store.commit(
+        WriteBatch(messages=[MessageAppend("a", i + 2, m) for i, m in enumerate(messages[2:])])
+    )
+    assert await store.load_messages("a") == messages
+
+
+async def test_message_index_conflict_fails_the_batch(store: StateStore) -> None:
+    await create(store, session("a"))
+    await store.commit(WriteBatch(messages=[MessageAppend("a", 0, UserMessage(content="one"))]))
+    batch = WriteBatch(
+        updated_sessions=[session("a", step_count=9)],
+        messages=[MessageAppend("a", 0, UserMessage(content="again"))],
+    )
+    with pytest.raises(SessionExistsError):
+        await store.commit(batch)
+    assert await store.load_messages("a") == [UserMessage(content="one")]
+    assert (await store.get_session("a")).step_count == 0
+
+
+# -- sub-session refs -----------------------------------------------------------------------------
+
+
+async def test_refs_upsert_keeps_insertion_order_and_every_field(store: StateStore) -> None:
+    first = SubSessionRef(
+        sub_session_id="p-sub-c1",
+        agent_type="child",
+        parent_tool_call_id="c1",
+        status="running",
+        started_at=10,
+    )
+    second = SubSessionRef(
+        sub_session_id="p-remote-c2",
+        agent_type="far",
+        parent_tool_call_id="c2",
+        status="running",
+        started_at=11,
+        remote=RemoteRef(stream_id="p-remote-c2"),
+    )
+    await create(store, session("p"))
+    await store.commit(WriteBatch(refs=[RefUpsert("p", first), RefUpsert("p", second)]))
+    done = first.model_copy(
+        update={"status": "completed", "completed_at": 20, "completion_delivered": True}
+    )
+    moved = second.model_copy(
+        update={"remote": RemoteRef(stream_id="p-remote-c2", last_sequence=7)}
+    )
+    await store.commit(WriteBatch(refs=[RefUpsert("p", moved), RefUpsert("p", done)]))
+    assert await store.get_sub_session_refs("p") == [done, moved]
+    assert await store.get_sub_session_refs("other") == []
+
+
+async def test_persistent_ref_round_trips(store: StateStore) -> None:
+    ref = SubSessionRef(
+        sub_session_id="p-agent-r1",
+        agent_type="researcher",
+        parent_tool_call_id="c9",
+        status="paused_awaiting_client",
+        started_at=1,
+        mode="persistent",
+        name="r1",
+    )
+    await create(store, session("p"))
+    await store.commit(WriteBatch(refs=[RefUpsert("p", ref)]))
+    assert await store.get_sub_session_refs("p") == [ref]
+
+
+# -- chunks ---------------------------------------------------------------------------------------
+
+
+def every_chunk_type() -> list[object]:
+    common = {"agent_id": "s1", "agent_type": "agent", "step": 2, "timestamp": 7}
+    return [
+        TextDeltaChunk(sequence=1, delta="hé", **common),
+        ToolStartChunk(sequence=2, tool_call_id="c", tool_name="t", arguments={"a": 1}, **common),
+        ToolEndChunk(sequence=3, tool_call_id="c", tool_name="t", result=[1], error=None, **common),
+        SubagentStartChunk(
+            sequence=4, sub_agent_type="k", sub_session_id="s1-sub-c", call_id="c", **common
+        ),
+        SubagentEndChunk(
+            sequence=5,
+            sub_agent_type="k",
+            sub_session_id="s1-sub-c",
+            call_id="c",
+            result={"success": False, "error": "x"},
+            **common,
+        ),
+        OutputChunk(sequence=6, output={"v": 1.5}, **common),
+        ErrorChunk(sequence=7, error="Max steps exceeded", **common),
+        InterruptedChunk(sequence=8, reason=None, **common),
+        ToolPendingChunk(
+            sequence=9,
+            tool_call_id="c",
+            tool_name="t",
+            arguments="raw",
+            reason="approval",
+            **common,
+        ),
+    ]
+
+
+async def test_chunks_of_every_type_round_trip(store: StateStore) -> None:
+    chunks = every_chunk_type()
+    await store.commit(WriteBatch(chunks=[ChunkAppend("s1", chunks)]))  # type: ignore[arg-type]
+    assert await store.read_chunks("s1") == chunks
+    assert await store.read_chunks("s1", after=7) == chunks[7:]
+    assert await store.read_chunks("s1", after=2, limit=2) == chunks[2:4]
+    assert await store.read_chunks("s1", after=9) == []
+    assert await store.read_chunks("nowhere") == []
+
+
+async def test_chunk_sequences_must_follow_without_gap(store: StateStore) -> None:
+    await store.commit(WriteBatch(chunks=[ChunkAppend("s1", [delta(1), delta(2)])]))
+    with pytest.raises(SessionExistsError):
+        await store.commit(
+            WriteBatch(
+                streams=[StreamUpdate("s1", "completed")], chunks=[ChunkAppend("s1", [delta(4)])]
+            )
+        )
+    with pytest.raises(SessionExistsError):
+        await store.commit(WriteBatch(chunks=[ChunkAppend("s1", [delta(2)])]))
+    state = await store.get_stream("s1")
+    assert (state.last_sequence, state.status) == (2, "running")
+
+
+async def test_stream_state_follows_updates(store: StateStore) -> None:
+    with pytest.raises(StreamNotFoundError):
+        await store.get_stream("s1")
+    await store.commit(WriteBatch(streams=[StreamUpdate("s1", "running")]))
+    assert (await store.get_stream("s1")).last_sequence == 0
+    await store.commit(
+        WriteBatch(
+            chunks=[ChunkAppend("s1", [delta(1)])], streams=[StreamUpdate("s1", "completed")]
+        )
+    )
+    state = await store.get_stream("s1")
+    assert (state.stream_id, state.last_sequence, state.status) == ("s1", 1, "completed")
+
+
+async def test_many_streams_interleave_independently(store: StateStore) -> None:
+    async def writer(stream_id: str) -> None:
+        for sequence in range(1, 21):
+            await store.commit(
+                WriteBatch(chunks=[ChunkAppend(stream_id, [delta(sequence, agent_id=stream_id)])])
+            )
+
+    await asyncio.gather(*(writer(f"st{i}") for i in range(5)))
+    for i in range(5):
+        chunks = await store.read_chunks(f"st{i}")
+        assert [c.sequence for c in chunks] == list(range(1, 21))
+        assert {c.agent_id for c in chunks} == {f"st{i}"}
+
+
+async def test_wait_for_stream_wakes_on_commit(store: StateStore) -> None:
+    await store.commit(WriteBatch(chunks=[ChunkAppend("s1", [delta(1)])]))
+    waiter = asyncio.create_task(store.wait_for_stream("s1", after=1, timeout=5))
+    await asyncio.sleep(0.01)
+    assert not waiter.done()
+    started = asyncio.get_running_loop().time()
+    await store.commit(WriteBatch(chunks=[ChunkAppend("s1", [delta(2)])]))
+    await asyncio.wait_for(waiter, 2)
+    assert asyncio.get_running_loop().time() - started < 1.0
+    # Already past `after`: returns at once; nothing new: times out quietly.
+    await asyncio.wait_for(store.wait_for_stream("s1", after=1, timeout=5), 1)
+    await store.wait_for_stream("s1", after=2, timeout=0.05)
+
+
+async def test_delete_finished_streams_keeps_running_ones(store: StateStore) -> None:
+    await store.commit(
+        WriteBatch(
+            chunks=[ChunkAppend("done", [delta(1), delta(2)]), ChunkAppend("live", [delta(1)])],
+            streams=[StreamUpdate("done", "completed"), StreamUpdate("live", "running")],
+        )
+    )
+    assert await store.delete_finished_streams(older_than_ms=60_000) == 0
+    await asyncio.sleep(0.01)
+    assert await store.delete_finished_streams(older_than_ms=0) == 2
+    assert await store.read_chunks("done") == []
+    assert (await store.get_stream("done")).last_sequence == 2
+    assert len(await store.read_chunks("live")) == 1
+
+
+# -- interrupts -----------------------------------------------------------------------------------
+
+
+async def test_interrupt_flag_is_checked_and_cleared_once(store: StateStore) -> None:
+    assert await store.check_interrupt_flag("s1") is None
+    await store.set_interrupt_flag("s1", "first")
+    await store.set_interrupt_flag("s1", "stop")
+    flag = await store.check_interrupt_flag("s1")
+    assert flag is not None
+    assert (flag.session_id, flag.reason) == ("s1", "stop")
+    assert flag.requested_at <= now_ms()
+    assert await store.check_interrupt_flag("s1") is None
+
+
+async def test_every_interrupt_is_seen_exactly_once_under_concurrency(store: StateStore) -> None:
+    seen: list[str] = []
+    sets = 40
+    done = asyncio.Event()
+
+    async def setter(i: int) -> None:
+        await store.set_interrupt_flag(f"flag-{i}", f"r{i}")
+
+    async def checker() -> None:
+        while not done.is_set() or len(seen) < sets:
+            for i in range(sets):
+                flag = await store.check_interrupt_flag(f"flag-{i}")
+                if flag is not None:
+                    seen.append(flag.session_id)
+            await asyncio.sleep(0)
+
+    checkers = [asyncio.create_task(checker()) for _ in range(4)]
+    await asyncio.gather(*(setter(i) for i in range(sets)))
+    done.set()
+    await asyncio.wait_for(asyncio.gather(*checkers), 30)
+    assert sorted(seen) == sorted(f"flag-{i}" for i in range(sets))
+
+
+async def test_interrupt_listeners_hear_of_flags(store: StateStore) -> None:
+    heard: list[str] = []
+    remove = store.add_interrupt_listener(heard.append)
+    await store.set_interrupt_flag("s1", None)
+    for _ in range(100):
+        if heard:
+            break
+        await asyncio.sleep(0.01)
+    assert heard == ["s1"]
+    remove()
+
+
+# -- leases ---------------------------------------------------------------------------------------
+
+
+async def test_leases_are_claimed_renewed_and_released(store: StateStore) -> None:
+    await create(store, session("a", owner_id="one", lease_expires_at=now_ms() + 60_000))
+    assert not await store.claim_session("a", "two", 1_000)
+    assert await store.claim_session("a", "one", 1_000)
+    assert await store.renew_leases("one", ["a", "ghost"], 60_000) == {"a"}
+    assert await store.renew_leases("two", ["a"], 60_000) == set()
+    await store.release_session("a", "two")
+    assert (await store.get_session("a")).owner_id == "one"
+    await store.release_session("a", "one")
+    record = await store.get_session("a")
+    assert (record.owner_id, record.lease_expires_at) == (None, None)
+    assert await store.claim_session("a", "two", 60_000)
+    assert (await store.get_session("a")).owner_id == "two"
+
+
+async def test_expired_lease_can_be_taken_over(store: StateStore) -> None:
+    await create(store, session("a", owner_id="dead", lease_expires_at=now_ms() - 1))
+    assert await store.claim_session("a", "alive", 60_000)
+    with pytest.raises(SessionNotFoundError):
+        await store.claim_session("ghost", "alive", 1_000)
+
+
+async def test_orphaned_sessions_are_running_roots_without_a_live_owner(
+    store: StateStore,
+) -> None:
+    future = now_ms() + 60_000
+    await create(
+        store,
+        session("expired", owner_id="dead", lease_expires_at=now_ms() - 1),
+        session("unowned"),
+        session("live", owner_id="other", lease_expires_at=future),
+        session("mine", owner_id="me", lease_expires_at=future),
+        session("done", status="completed"),
+        session("child", stream_id="expired", parent_session_id="expired"),
+    )
+    found = {r.session_id for r in await store.list_orphaned_sessions()}
+    assert found == {"expired", "unowned"}
+    found = {r.session_id for r in await store.list_orphaned_sessions(owner_id="me")}
+    assert found == {"expired", "unowned", "mine"}
+
+
+# -- lifecycle ------------------------------------------------------------------------------------
+
+
+async def test_a_closed_store_refuses_calls() -> None:
+    store = MemoryStore()
+    with pytest.raises(StoreClosedError):
+        await store.get_session("a")
+    async with store:
+        pass
+    with pytest.raises(StoreClosedError):
+        await store.commit(WriteBatch())
