@@ -64,6 +64,23 @@ class ToolNotOfferedError(ModelError):
     code = "tool_not_offered"
 
 
+class ProviderError(ModelError):
+    """The model provider refused the request."""
+
+    code = "provider_error"
+
+
+class TransientModelError(ModelError):
+    """The model provider failed in a way worth retrying (connection, timeout, 429, 5xx)."""
+
+    code = "model_unavailable"
+
+    def __init__(self, message: str | None = None, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        """Seconds the provider asked us to wait (a 429's `Retry-After`), if it said."""
+
+
 class ToolExecutionError(RunError):
     """A tool failed."""
 
