@@ -1,0 +1,22 @@
+"""A durable agent server: LLM agents with in-process, parallel, nested and remote sub-agents.
+
+The public API (DESIGN.md section 3) is re-exported here and nothing else.
+"""
+
+from app.agents import (
+    AgentRegistry,
+    PersistentAgent,
+    create_sub_agent_tool,
+    define_agent,
+    define_tool,
+)
+from app.runtime import AgentRuntime
+
+__all__ = [
+    "AgentRegistry",
+    "AgentRuntime",
+    "PersistentAgent",
+    "create_sub_agent_tool",
+    "define_agent",
+    "define_tool",
+]

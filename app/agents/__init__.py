@@ -1,0 +1,29 @@
+"""Defining agents: agents, tools and their context, sub-agent tools, the registry."""
+
+from app.agents.agent import (
+    FINISH_TOOL_NAME,
+    AgentConfig,
+    AgentHooks,
+    HookContext,
+    PersistentAgent,
+    define_agent,
+)
+from app.agents.registry import AgentRegistry
+from app.agents.subagent import SubAgentTool, create_sub_agent_tool, input_to_message
+from app.agents.tools import Tool, ToolContext, define_tool
+
+__all__ = [
+    "FINISH_TOOL_NAME",
+    "AgentConfig",
+    "AgentHooks",
+    "AgentRegistry",
+    "HookContext",
+    "PersistentAgent",
+    "SubAgentTool",
+    "Tool",
+    "ToolContext",
+    "create_sub_agent_tool",
+    "define_agent",
+    "define_tool",
+    "input_to_message",
+]

@@ -1,0 +1,49 @@
+"""`AgentRegistry`: every agent a server can start or delegate to, by name."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from app.agents.agent import AgentConfig
+from app.agents.subagent import SubAgentTool
+from app.errors import AgentNotFoundError, DefinitionError
+
+
+class AgentRegistry:
+    """The agents a runtime knows. Sub-agents reachable through tools are registered too."""
+
+    def __init__(self, agents: Iterable[AgentConfig] = ()) -> None:
+        self._agents: dict[str, AgentConfig] = {}
+        for agent in agents:
+            self.register(agent)
+
+    def register(self, agent: AgentConfig) -> None:
+        """Add `agent` and the sub-agents its tools reach; a different agent with a taken name is
+        a `DefinitionError`."""
+        if not isinstance(agent, AgentConfig):
+            raise DefinitionError(f"AgentRegistry takes agents from define_agent, got {agent!r}")
+        held = self._agents.get(agent.name)
+        if held is agent:
+            return
+        if held is not None:
+            raise DefinitionError(f"Two different agents are named {agent.name!r}")
+        self._agents[agent.name] = agent
+        for tool in agent.tools:
+            if isinstance(tool, SubAgentTool):
+                self.register(tool.agent)
+
+    def get(self, name: str) -> AgentConfig:
+        """The agent named `name`, or `AgentNotFoundError`."""
+        try:
+            return self._agents[name]
+        except KeyError:
+            raise AgentNotFoundError(f"Unknown agent type {name!r}") from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._agents
+
+    def __iter__(self) -> Iterator[AgentConfig]:
+        return iter(self._agents.values())
+
+    def __len__(self) -> int:
+        return len(self._agents)

@@ -1,0 +1,167 @@
+"""Running a `subagent__` call: the child session, its ref, and its chunks in the root's stream.
+
+The child's id is `{parent}-sub-{toolCallId}`, so a parent that resumes a step finds the children
+that step started: a completed child's output is used as it is, an interrupted or running one
+resumes from its own checkpoint, and only a missing one runs from scratch (`_settled`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, JsonValue
+
+from app.agents import SubAgentTool, input_to_message
+from app.errors import SessionNotFoundError
+from app.ids import sub_session_id
+from app.protocol import (
+    Message,
+    SubagentEndChunk,
+    SubagentStartChunk,
+    SubSessionRef,
+    ToolCall,
+    UserMessage,
+)
+from app.runtime.calls import CallResult, parse_arguments
+from app.runtime.hooks import fire
+from app.runtime.session import Outcome, SessionRun
+from app.store import MessageAppend, RefUpsert, SessionRecord, WriteBatch, now_ms
+
+if TYPE_CHECKING:
+    from app.agents import AgentConfig
+
+
+def failure_result(error: str) -> dict[str, JsonValue]:
+    """The tool result a parent gets for a child that did not complete."""
+    return {"success": False, "error": error}
+
+
+async def run_sub_agent(
+    parent: SessionRun, tool: SubAgentTool, call: ToolCall, fresh: bool
+) -> CallResult:
+    """Run the child for `call` to an outcome and return it as the parent's tool result."""
+    assert call.id is not None
+    parsed = parse_arguments(call.name, tool.input_schema, call.arguments)
+    if isinstance(parsed, CallResult):
+        return parsed
+    child_input = parsed.model_dump(mode="json")
+    child_id = sub_session_id(parent.session_id, call.id)
+    agent = tool.agent
+    hooks = parent.agent.hooks
+    await fire(hooks.before_sub_agent, parent.hook_context(), agent.name, child_id, child_input)
+    parent.emit(
+        SubagentStartChunk, sub_agent_type=agent.name, sub_session_id=child_id, call_id=call.id
+    )
+    existing = None
+    if not fresh:
+        try:
+            existing = await parent.runtime.store.get_session(child_id)
+        except SessionNotFoundError:
+            existing = None
+    outcome = _settled(existing)
+    if outcome is None:
+        child = await _open_child(parent, agent, call.id, child_id, child_input, existing)
+        outcome = await _await_child(parent, child, tool)
+    if outcome.status == "completed":
+        result = CallResult(result=outcome.output)
+    elif outcome.status == "terminated":
+        result = CallResult(
+            result=failure_result("The sub-agent was terminated"),
+            error="The sub-agent was terminated",
+        )
+    else:
+        error = outcome.error or f"The sub-agent ended {outcome.status}"
+        result = CallResult(result=failure_result(error), error=error)
+    parent.emit(
+        SubagentEndChunk,
+        sub_agent_type=agent.name,
+        sub_session_id=child_id,
+        call_id=call.id,
+        result=result.result,
+    )
+    await fire(hooks.after_sub_agent, parent.hook_context(), agent.name, child_id, result.result)
+    return result
+
+
+def _settled(existing: SessionRecord | None) -> Outcome | None:
+    """The outcome of a child that must not run again, or None when it should (re)run."""
+    if existing is None:
+        return None
+    if existing.status == "completed":
+        return Outcome("completed", output=existing.output)
+    if existing.status == "terminated":
+        return Outcome("terminated")
+    if existing.status == "failed":
+        return Outcome("failed", error=existing.error)
+    return None
+
+
+async def _open_child(
+    parent: SessionRun,
+    agent: AgentConfig,
+    call_id: str,
+    child_id: str,
+    child_input: dict[str, JsonValue],
+    existing: SessionRecord | None,
+) -> SessionRun:
+    """Create the child session, or reopen an interrupted, paused or running one."""
+    now = now_ms()
+    ref = SubSessionRef(
+        sub_session_id=child_id,
+        agent_type=agent.name,
+        parent_tool_call_id=call_id,
+        status="running",
+        started_at=now if existing is None else existing.created_at,
+    )
+    batch = WriteBatch(refs=[RefUpsert(parent.session_id, ref)])
+    messages: list[Message]
+    if existing is None:
+        state = agent.initial_state(child_input)
+        record = SessionRecord(
+            session_id=child_id,
+            agent_type=agent.name,
+            stream_id=parent.record.stream_id,
+            status="running",
+            created_at=now,
+            updated_at=now,
+            parent_session_id=parent.session_id,
+            state=state.model_dump(mode="json") if isinstance(state, BaseModel) else state,
+            input=child_input,
+        )
+        messages = [UserMessage(content=input_to_message(child_input))]
+        batch.new_sessions.append(record)
+        batch.messages.append(MessageAppend(child_id, 0, messages[0]))
+    else:
+        messages = await parent.runtime.store.load_messages(child_id)
+        record = dataclasses.replace(
+            existing, status="running", error=None, failure_reason=None, updated_at=now
+        )
+        batch.updated_sessions.append(record)
+    await parent.writer.commit(batch)
+    return SessionRun(
+        parent.runtime, agent, record, messages, parent.writer, parent=parent, ref=ref
+    )
+
+
+async def _await_child(parent: SessionRun, child: SessionRun, tool: SubAgentTool) -> Outcome:
+    """Run the child in its own task; a stop of the parent reaches it through `parent.stop`."""
+    parent.children[child.session_id] = child
+    task = asyncio.get_running_loop().create_task(child.run())
+    child.task = task
+    task.add_done_callback(lambda _: parent.children.pop(child.session_id, None))
+    timer = None
+    if tool.timeout is not None:
+        timer = asyncio.get_running_loop().call_later(
+            tool.timeout,
+            child.stop,
+            "timeout",
+            f"Sub-agent {tool.agent.name!r} timed out after {tool.timeout:g}s",
+        )
+    try:
+        # Shielded: when the parent is stopped, the child records its own stop before it ends.
+        return await asyncio.shield(task)
+    finally:
+        if timer is not None:
+            timer.cancel()

@@ -1,0 +1,465 @@
+"""`AgentRuntime`: starts, resumes, interrupts and reports on sessions, in-process.
+
+The HTTP server is a thin layer over it. Every entry point goes through the store, so a runtime can
+answer for sessions another process runs: an interrupt is a durable flag that the owning process
+hears of (its own flags included) and turns into a stop of the whole tree; a running session whose
+owner is gone is taken over and resumed from its last committed step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Literal, Self
+
+from pydantic import JsonValue
+from pydantic_core import PydanticSerializationError
+
+from app.agents import AgentConfig, AgentRegistry, input_to_message
+from app.errors import (
+    InvalidRequestError,
+    LifecycleError,
+    SessionNotResumableError,
+    SessionRunningError,
+    StreamNotFoundError,
+)
+from app.ids import new_session_id, validate_session_id
+from app.protocol import Chunk, Message, SessionStatus, UserMessage
+from app.protocol.api import SessionStatusView, UsageView
+from app.runtime.calls import to_json
+from app.runtime.emitter import StreamWriter
+from app.runtime.reader import StreamFollower
+from app.runtime.session import Outcome, SessionRun
+from app.store import (
+    MemoryStore,
+    MessageAppend,
+    SessionRecord,
+    StateStore,
+    StreamUpdate,
+    WriteBatch,
+    now_ms,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """How a run ended."""
+
+    session_id: str
+    status: SessionStatus
+    output: JsonValue = None
+    error: str | None = None
+
+
+class RunHandle:
+    """A run this runtime started or resumed: await its result, or follow its stream."""
+
+    def __init__(self, runtime: AgentRuntime, session_id: str, task: asyncio.Task[Outcome]) -> None:
+        self.runtime = runtime
+        self.session_id = session_id
+        self.stream_id = session_id
+        self._task = task
+
+    async def result(self) -> RunResult:
+        """Wait for the run to stop (complete, fail, pause or be interrupted)."""
+        try:
+            outcome = await asyncio.shield(self._task)
+        except asyncio.CancelledError:
+            if self._task.cancelled():
+                raise LifecycleError(
+                    f"The runtime closed before session {self.session_id!r} finished"
+                ) from None
+            raise
+        return RunResult(self.session_id, outcome.status, outcome.output, outcome.error)
+
+    def stream(self, from_sequence: int = 0) -> AsyncIterator[Chunk]:
+        """The run's chunks after `from_sequence`, live, until the run stops."""
+        return self.runtime.follow(self.stream_id, from_sequence=from_sequence).__aiter__()
+
+
+class AgentRuntime:
+    """Runs agents in this process against a state store (in-memory unless one is given).
+
+    Use it as an async context manager. `owner_id` names this process in session leases: give a
+    restarted server the same id and it resumes its own sessions at once, without waiting for
+    their leases to expire.
+    """
+
+    def __init__(
+        self,
+        registry: AgentRegistry,
+        *,
+        store: StateStore | None = None,
+        owner_id: str | None = None,
+        lease_ms: int = 15_000,
+        takeover_interval: float | None = 5.0,
+        flush_delay: float = 0.005,
+    ) -> None:
+        if not isinstance(registry, AgentRegistry):
+            raise TypeError("AgentRuntime needs an AgentRegistry")
+        self.registry = registry
+        self._owns_store = store is None
+        self.store: StateStore = store if store is not None else MemoryStore()
+        self.owner_id = owner_id or f"runtime-{uuid.uuid4().hex[:12]}"
+        self.lease_ms = lease_ms
+        self.takeover_interval = takeover_interval
+        self.flush_delay = flush_delay
+        self.active: dict[str, SessionRun] = {}
+        """Every session (root or child) running in this process, by id."""
+        self._roots: dict[str, asyncio.Task[Outcome]] = {}
+        self._background: set[asyncio.Task[Any]] = set()
+        self._remove_listener: Any = None
+        self._state: Literal["new", "open", "closed"] = "new"
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        if self._state != "new":
+            raise LifecycleError("An AgentRuntime can only be entered once")
+        if self._owns_store:
+            await self.store.__aenter__()
+        elif not self.store.is_open:
+            raise LifecycleError("Open the store (async with store) before the runtime uses it")
+        self._state = "open"
+        self._remove_listener = self.store.add_interrupt_listener(self._heard_interrupt)
+        self._spawn(self._renew_leases())
+        if self.takeover_interval is not None:
+            self._spawn(self._take_over_orphans())
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._state != "open":
+            return
+        self._state = "closed"
+        self._remove_listener()
+        runs = list(self.active.values())
+        for run in runs:
+            if run.parent is None:
+                run.stop("shutdown")
+        for task in self._background:
+            task.cancel()
+        tasks = [run.task for run in runs if run.task is not None]
+        await asyncio.gather(
+            *tasks, *self._roots.values(), *self._background, return_exceptions=True
+        )
+        if self._owns_store:
+            await self.store.__aexit__(None, None, None)
+
+    def _check_open(self) -> None:
+        if self._state != "open":
+            raise LifecycleError(
+                "AgentRuntime is not running: use it as `async with AgentRuntime(...) as runtime`"
+            )
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # -- starting and resuming -----------------------------------------------------------------
+
+    async def execute(
+        self,
+        agent: AgentConfig | str,
+        message: str | None = None,
+        *,
+        input: Any = None,
+        session_id: str | None = None,
+        parent_session_id: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> RunHandle:
+        """Start a root session of `agent` and return its handle once the session is stored.
+
+        The first user message is `message`, else derived from `input` (its `message`, `query`,
+        `text` or `content` field, else its JSON). `input` also seeds the custom state.
+        """
+        self._check_open()
+        config = self.registry.get(agent) if isinstance(agent, str) else agent
+        if config.name not in self.registry:
+            self.registry.register(config)
+        session_id = validate_session_id(session_id) if session_id else new_session_id()
+        if parent_session_id is not None:
+            validate_session_id(parent_session_id)
+        input_json = _json_input(input)
+        message = _first_message(message, input_json)
+        state = config.initial_state(input_json)
+        now = now_ms()
+        record = SessionRecord(
+            session_id=session_id,
+            agent_type=config.name,
+            stream_id=session_id,
+            status="running",
+            created_at=now,
+            updated_at=now,
+            parent_session_id=parent_session_id,
+            state=state if isinstance(state, dict) else state.model_dump(mode="json"),
+            input=input_json,
+            idempotency_key=idempotency_key,
+            owner_id=self.owner_id,
+            lease_expires_at=now + self.lease_ms,
+        )
+        first = UserMessage(content=message)
+        await self.store.commit(
+            WriteBatch(
+                new_sessions=[record],
+                messages=[MessageAppend(session_id, 0, first)],
+                streams=[StreamUpdate(session_id, "running")],
+            )
+        )
+        writer = StreamWriter(self.store, session_id, 0, flush_delay=self.flush_delay)
+        return self._launch(config, record, [first], writer)
+
+    async def resume(
+        self,
+        session_id: str,
+        message: str | None = None,
+        *,
+        tool_results: Any = None,
+        approvals: Any = None,
+    ) -> RunHandle:
+        """Resume an interrupted session from its checkpoint, or continue a finished one with a
+        new user message (a new turn with a fresh step budget)."""
+        self._check_open()
+        if tool_results or approvals:
+            raise SessionNotResumableError(
+                "Resuming with tool results or approvals is not supported yet"
+            )
+        record = await self.store.get_session(session_id)
+        if not record.is_root:
+            raise SessionNotResumableError(
+                f"Session {session_id!r} is a sub-agent: resume its root session "
+                f"{record.stream_id!r}"
+            )
+        if session_id in self._roots:
+            raise SessionRunningError(f"Session {session_id!r} is running")
+        messages = await self.store.load_messages(session_id)
+        new_messages: list[Message] = []
+        if record.status in ("completed", "failed", "terminated"):
+            if message is None:
+                raise SessionNotResumableError(
+                    f"Session {session_id!r} is {record.status}: continue it with a new message"
+                )
+            new_messages.append(UserMessage(content=message))
+            record = dataclasses.replace(record, step_count=0, output=None, error=None)
+        elif record.status in ("interrupted", "running"):
+            if message is not None:
+                raise SessionNotResumableError(
+                    f"Session {session_id!r} is {record.status}: it resumes from its checkpoint "
+                    "and takes no new message until it has finished"
+                )
+        else:
+            raise SessionNotResumableError(f"Session {session_id!r} is {record.status}")
+        if not await self.store.claim_session(session_id, self.owner_id, self.lease_ms):
+            raise SessionRunningError(f"Session {session_id!r} is running in another process")
+        await self.store.check_interrupt_flag(session_id)
+        return await self._reopen(record, messages, new_messages)
+
+    async def _reopen(
+        self,
+        record: SessionRecord,
+        messages: list[Message],
+        new_messages: list[Message],
+        *,
+        interrupt_reason: str | None = None,
+        interrupted: bool = False,
+    ) -> RunHandle:
+        config = self.registry.get(record.agent_type)
+        try:
+            last_sequence = (await self.store.get_stream(record.stream_id)).last_sequence
+        except StreamNotFoundError:
+            last_sequence = 0
+        record = dataclasses.replace(
+            record, status="running", failure_reason=None, updated_at=now_ms()
+        )
+        await self.store.commit(
+            WriteBatch(
+                updated_sessions=[record],
+                messages=[
+                    MessageAppend(record.session_id, len(messages) + offset, message)
+                    for offset, message in enumerate(new_messages)
+                ],
+                streams=[StreamUpdate(record.stream_id, "running")],
+            )
+        )
+        writer = StreamWriter(
+            self.store, record.stream_id, last_sequence, flush_delay=self.flush_delay
+        )
+        handle = self._launch(config, record, messages + new_messages, writer)
+        if interrupted:
+            self.active[record.session_id].stop("interrupted", interrupt_reason)
+        return handle
+
+    def _launch(
+        self,
+        agent: AgentConfig,
+        record: SessionRecord,
+        messages: list[Message],
+        writer: StreamWriter,
+    ) -> RunHandle:
+        run = SessionRun(self, agent, record, messages, writer)
+        task = asyncio.get_running_loop().create_task(self._run_root(run))
+        run.task = task
+        self._roots[record.session_id] = task
+        return RunHandle(self, record.session_id, task)
+
+    async def _run_root(self, run: SessionRun) -> Outcome:
+        try:
+            outcome = await run.run()
+        except BaseException:
+            run.writer.discard()
+            await run.writer.drain()
+            raise
+        finally:
+            self._roots.pop(run.session_id, None)
+        await run.writer.drain()
+        await self.store.release_session(run.session_id, self.owner_id)
+        return outcome
+
+    # -- reading and control -------------------------------------------------------------------
+
+    async def status(self, session_id: str) -> SessionStatusView:
+        """The session's status, its children and how far its stream has got."""
+        self._check_open()
+        record = await self.store.get_session(session_id)
+        refs = await self.store.get_sub_session_refs(session_id)
+        try:
+            last_sequence = (await self.store.get_stream(record.stream_id)).last_sequence
+        except StreamNotFoundError:
+            last_sequence = 0
+        return SessionStatusView(
+            session_id=record.session_id,
+            agent_type=record.agent_type,
+            status=record.status,
+            step_count=record.step_count,
+            output=record.output,
+            error=record.error,
+            failure_reason=record.failure_reason,
+            stream_id=record.stream_id,
+            last_sequence=last_sequence,
+            parent_session_id=record.parent_session_id,
+            sub_sessions=refs,
+            usage=UsageView(input_tokens=record.input_tokens, output_tokens=record.output_tokens),
+        )
+
+    async def interrupt(self, session_id: str, reason: str | None = None) -> SessionStatus:
+        """Ask the session (and its running children) to stop, wherever it runs.
+
+        Returns the session's status when asked: only a `running` session is interrupted; for any
+        other status nothing changes.
+        """
+        self._check_open()
+        record = await self.store.get_session(session_id)
+        if record.status != "running":
+            return record.status
+        await self.store.set_interrupt_flag(session_id, reason)
+        return record.status
+
+    def follow(self, stream_id: str, *, from_sequence: int = 0) -> StreamFollower:
+        """Follow a stream from the store after `from_sequence` until its run stops."""
+        self._check_open()
+        return StreamFollower(self.store, stream_id, after=from_sequence)
+
+    def _heard_interrupt(self, session_id: str) -> None:
+        if session_id in self.active:
+            self._spawn(self._apply_interrupt(session_id))
+
+    async def _apply_interrupt(self, session_id: str) -> None:
+        flag = await self.store.check_interrupt_flag(session_id)
+        run = self.active.get(session_id)
+        if flag is not None and run is not None:
+            run.stop("interrupted", flag.reason)
+
+    # -- leases and takeover -------------------------------------------------------------------
+
+    async def _renew_leases(self) -> None:
+        while True:
+            await asyncio.sleep(self.lease_ms / 3000)
+            roots = list(self._roots)
+            if not roots:
+                continue
+            try:
+                held = await self.store.renew_leases(self.owner_id, roots, self.lease_ms)
+            except Exception:
+                logger.exception("Renewing session leases failed")
+                continue
+            for session_id in set(roots) - held:
+                run = self.active.get(session_id)
+                if run is not None:
+                    logger.warning("Lost the lease of session %s; stopping it here", session_id)
+                    run.stop("shutdown")
+
+    async def _take_over_orphans(self) -> None:
+        own = True
+        while True:
+            try:
+                orphans = await self.store.list_orphaned_sessions(
+                    owner_id=self.owner_id if own else None
+                )
+                own = False
+                for record in orphans:
+                    if record.session_id in self._roots:
+                        continue
+                    await self.take_over(record.session_id)
+            except Exception:
+                logger.exception("Taking over orphaned sessions failed")
+            assert self.takeover_interval is not None
+            await asyncio.sleep(self.takeover_interval)
+
+    async def take_over(self, session_id: str) -> RunHandle | None:
+        """Resume a running session whose owner is gone; None if another process holds it.
+
+        An interrupt requested while it had no owner is honoured: it stops at once.
+        """
+        self._check_open()
+        if session_id in self._roots:
+            return None
+        if not await self.store.claim_session(session_id, self.owner_id, self.lease_ms):
+            return None
+        record = await self.store.get_session(session_id)
+        if record.status != "running" or not record.is_root:
+            await self.store.release_session(session_id, self.owner_id)
+            return None
+        logger.info("Taking over session %s", session_id)
+        flag = await self.store.check_interrupt_flag(session_id)
+        messages = await self.store.load_messages(session_id)
+        return await self._reopen(
+            record,
+            messages,
+            [],
+            interrupted=flag is not None,
+            interrupt_reason=flag.reason if flag else None,
+        )
+
+
+def _json_input(input: Any) -> JsonValue:
+    if input is None:
+        return None
+    try:
+        return to_json(input)
+    except PydanticSerializationError as exc:
+        raise InvalidRequestError(f"input is not JSON-serialisable: {exc}") from exc
+
+
+def _first_message(message: str | None, input: JsonValue) -> str:
+    if message is not None:
+        if not isinstance(message, str):
+            raise InvalidRequestError("message must be a string")
+        return message
+    if isinstance(input, dict):
+        return input_to_message(input)
+    if input is not None:
+        return json.dumps(input, ensure_ascii=False)
+    raise InvalidRequestError("A run needs a message or an input")

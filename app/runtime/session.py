@@ -1,0 +1,402 @@
+"""The step loop of one session: a streamed model call, then its tool calls, committed by phase.
+
+A step commits twice, each write atomic: the model's response (assistant message, step count,
+usage, text chunks), then the results of its tool calls (tool messages, state, chunks). So a run
+resumed after an interrupt or a crash never repeats a model call whose response was committed, and
+the sub-agents that response started are found again by their deterministic ids. The loop always
+continues from what the store holds: a fresh start, a resume and a takeover are the same code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, assert_never
+
+from pydantic import BaseModel, JsonValue
+
+from app.agents import FINISH_TOOL_NAME, AgentConfig, HookContext, SubAgentTool, Tool, ToolContext
+from app.errors import AgentServerError, MaxStepsExceededError, RunError, StoreError
+from app.ids import tool_call_id
+from app.models import ModelRequest, TextDelta, ToolCallReady, Usage
+from app.protocol import (
+    AssistantMessage,
+    BaseChunk,
+    ErrorChunk,
+    InterruptedChunk,
+    Message,
+    OutputChunk,
+    SessionStatus,
+    SubSessionRef,
+    TextDeltaChunk,
+    ToolCall,
+    ToolEndChunk,
+    ToolMessage,
+    ToolPendingChunk,
+    ToolStartChunk,
+    UserMessage,
+)
+from app.runtime.calls import CallResult, error_message, execute_tool, parse_arguments, to_json
+from app.runtime.emitter import StreamWriter
+from app.runtime.hooks import fire
+from app.store import MessageAppend, RefUpsert, SessionRecord, StreamUpdate, WriteBatch, now_ms
+
+if TYPE_CHECKING:
+    from app.runtime.runtime import AgentRuntime
+
+logger = logging.getLogger(__name__)
+
+FINISH_REMINDER = f"Call the {FINISH_TOOL_NAME} tool with your final output to finish."
+"""What an agent with an output schema is told when it answers with text alone."""
+
+StopReason = Literal["interrupted", "timeout", "parent_suspended", "shutdown"]
+"""Why a running session is being stopped from outside its loop."""
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How a run of a session ended."""
+
+    status: SessionStatus
+    output: JsonValue = None
+    error: str | None = None
+    failure_reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Called:
+    """One tool call's result, or the fact that it waits for the client."""
+
+    message: ToolMessage | None
+    finish: Outcome | None = None
+
+
+class SessionRun:
+    """Runs one session (root or child) until it completes, fails, pauses or is stopped."""
+
+    def __init__(
+        self,
+        runtime: AgentRuntime,
+        agent: AgentConfig,
+        record: SessionRecord,
+        messages: list[Message],
+        writer: StreamWriter,
+        *,
+        parent: SessionRun | None = None,
+        ref: SubSessionRef | None = None,
+    ) -> None:
+        self.runtime = runtime
+        self.agent = agent
+        self.record = record
+        self.messages = messages
+        self.writer = writer
+        self.parent = parent
+        self.ref = ref
+        """This session's ref in its parent, kept in step with the session's status."""
+        self.state: BaseModel | dict[str, Any] = agent.load_state(record.state)
+        self.children: dict[str, SessionRun] = {}
+        self.stop_reason: StopReason | None = None
+        self.stop_message: str | None = None
+        self.task: asyncio.Task[Any] | None = None
+        self._step = record.step_count
+        """The step in progress: one past the committed count while a model call streams."""
+        self._started = False
+        self._ending = False
+        self._fresh_calls = False
+        """Whether the pending calls came from a model call of this run (so no child exists)."""
+        runtime.active[record.session_id] = self
+
+    @property
+    def session_id(self) -> str:
+        """The session's id."""
+        return self.record.session_id
+
+    @property
+    def step(self) -> int:
+        """The current step (1-based)."""
+        return self._step
+
+    # -- control -------------------------------------------------------------------------------
+
+    def stop(self, reason: StopReason, message: str | None = None) -> None:
+        """Stop this session and its running children (idempotent; the first reason wins)."""
+        if self.stop_reason is not None or self._ending:
+            return
+        self.stop_reason = reason
+        self.stop_message = message
+        for child in list(self.children.values()):
+            child.stop(reason, message)
+        # A run that has not started yet sees `stop_reason` when it does.
+        if self._started and self.task is not None and not self.task.done():
+            self.task.cancel()
+
+    def emit(self, chunk_type: type[BaseChunk], **fields: Any) -> None:
+        """Emit a chunk from this session into its root's stream."""
+        self.writer.emit(chunk_type, self.record.session_id, self.agent.name, self.step, **fields)
+
+    def hook_context(self) -> HookContext:
+        """Who this session is, for hooks."""
+        return HookContext(
+            self.record.session_id, self.agent.name, self.record.parent_session_id, self.step
+        )
+
+    # -- the run -------------------------------------------------------------------------------
+
+    async def run(self) -> Outcome:
+        """Run to an outcome and commit it. A store failure propagates (the run is left to be
+        taken over, as after a crash); so does a stop for shutdown."""
+        task = asyncio.current_task()
+        assert task is not None
+        self.task = task
+        self._started = True
+        try:
+            await fire(self.agent.hooks.on_agent_start, self.hook_context())
+            try:
+                if self.stop_reason is not None:
+                    raise asyncio.CancelledError
+                outcome = await self._loop()
+            except asyncio.CancelledError:
+                if self.stop_reason in (None, "shutdown"):
+                    raise
+                task.uncancel()
+                outcome = await self._stopped()
+            except StoreError:
+                raise
+            except AgentServerError as exc:
+                outcome = await self._end(Outcome("failed", error=exc.message))
+            except Exception as exc:
+                logger.exception("Session %s failed", self.session_id)
+                outcome = await self._end(Outcome("failed", error=error_message(exc)))
+        finally:
+            self.runtime.active.pop(self.session_id, None)
+        if outcome.status == "completed":
+            await fire(self.agent.hooks.on_agent_complete, self.hook_context(), outcome.output)
+        elif outcome.status == "failed":
+            await fire(self.agent.hooks.on_agent_fail, self.hook_context(), outcome.error)
+        return outcome
+
+    async def _loop(self) -> Outcome:
+        while True:
+            pending = self._unanswered_calls()
+            outcome = await (self._tools_phase(pending) if pending else self._model_phase())
+            if outcome is not None:
+                return outcome
+
+    def _unanswered_calls(self) -> list[ToolCall]:
+        answered: set[str] = set()
+        for message in reversed(self.messages):
+            if isinstance(message, ToolMessage):
+                answered.add(message.tool_call_id)
+            elif isinstance(message, AssistantMessage):
+                return [call for call in message.tool_calls if call.id not in answered]
+            else:
+                return []
+        return []
+
+    # -- model phase ---------------------------------------------------------------------------
+
+    async def _model_phase(self) -> Outcome | None:
+        if self.record.step_count >= self.agent.max_steps:
+            raise MaxStepsExceededError()
+        model = self.agent.model
+        if model is None:
+            raise RunError(f"Agent {self.agent.name!r} has no model")
+        self._step = self.record.step_count + 1
+        request = ModelRequest(
+            session_id=self.session_id,
+            agent_type=self.agent.name,
+            system_prompt=self.agent.system_prompt,
+            messages=self.messages,
+            tools=self.agent.tool_specs,
+            step=self.step,
+        )
+        text: list[str] = []
+        calls: list[ToolCall] = []
+        usage = Usage()
+        async for event in model.stream(request):
+            if isinstance(event, TextDelta):
+                if event.text:
+                    text.append(event.text)
+                    self.emit(TextDeltaChunk, delta=event.text)
+            elif isinstance(event, ToolCallReady):
+                calls.append(event.call)
+            elif isinstance(event, Usage):
+                usage = event
+            else:
+                assert_never(event)
+        turn = sum(1 for message in self.messages if isinstance(message, AssistantMessage))
+        calls = [
+            call if call.id else call.model_copy(update={"id": tool_call_id(turn, index)})
+            for index, call in enumerate(calls)
+        ]
+        assistant = AssistantMessage(content="".join(text), tool_calls=tuple(calls))
+        self.record = dataclasses.replace(
+            self.record,
+            input_tokens=self.record.input_tokens + usage.input_tokens,
+            output_tokens=self.record.output_tokens + usage.output_tokens,
+        )
+        if calls:
+            self._fresh_calls = True
+            await self._commit([assistant])
+            return None
+        if self.agent.output_schema is None:
+            return await self._end(Outcome("completed", output=assistant.content), [assistant])
+        await self._commit([assistant, UserMessage(content=FINISH_REMINDER)])
+        return None
+
+    # -- tools phase ---------------------------------------------------------------------------
+
+    async def _tools_phase(self, calls: Sequence[ToolCall]) -> Outcome | None:
+        fresh, self._fresh_calls = self._fresh_calls, False
+        for call in calls:
+            self.emit(
+                ToolStartChunk, tool_call_id=call.id, tool_name=call.name, arguments=call.arguments
+            )
+        if len(calls) == 1:
+            results = [await self._call(calls[0], fresh)]
+        else:
+            results = await asyncio.gather(*(self._call(call, fresh) for call in calls))
+        answered = [result.message for result in results if result.message is not None]
+        if len(answered) < len(results):
+            return await self._end(Outcome("paused_awaiting_client"), answered)
+        finish = next((result.finish for result in results if result.finish), None)
+        if finish is not None:
+            return await self._end(finish, answered)
+        await self._commit(answered)
+        return None
+
+    async def _call(self, call: ToolCall, fresh: bool) -> _Called:
+        assert call.id is not None
+        tool = self.agent.tool_map.get(call.name)
+        finish: Outcome | None = None
+        if call.name == FINISH_TOOL_NAME and self.agent.output_schema is not None:
+            parsed = parse_arguments(call.name, self.agent.output_schema, call.arguments)
+            if isinstance(parsed, CallResult):
+                result = CallResult(error=f"{parsed.error}. Fix the output and call it again.")
+            else:
+                output = to_json(parsed.model_dump(mode="json"))
+                result = CallResult(result=output)
+                finish = Outcome("completed", output=output)
+        elif tool is None:
+            offered = ", ".join(spec.name for spec in self.agent.tool_specs) or "none"
+            result = CallResult(error=f"Unknown tool {call.name!r}; available tools: {offered}")
+        elif isinstance(tool, SubAgentTool):
+            from app.runtime.delegation import run_sub_agent
+
+            result = await run_sub_agent(self, tool, call, fresh)
+        elif isinstance(tool, Tool):
+            if tool.is_client_tool or tool.requires_approval:
+                reason: Literal["client", "approval"] = (
+                    "client" if tool.is_client_tool else "approval"
+                )
+                self.emit(
+                    ToolPendingChunk,
+                    tool_call_id=call.id,
+                    tool_name=call.name,
+                    arguments=call.arguments,
+                    reason=reason,
+                )
+                return _Called(None)
+            result = await self._execute(tool, call)
+        else:
+            assert_never(tool)
+        self.emit(
+            ToolEndChunk,
+            tool_call_id=call.id,
+            tool_name=call.name,
+            result=result.result,
+            error=result.error,
+        )
+        message = ToolMessage(
+            tool_call_id=call.id, tool_name=call.name, result=result.result, error=result.error
+        )
+        return _Called(message, finish)
+
+    async def _execute(self, tool: Tool, call: ToolCall) -> CallResult:
+        parsed = parse_arguments(call.name, tool.input_schema, call.arguments)
+        if isinstance(parsed, CallResult):
+            return parsed
+        assert call.id is not None
+        ctx = ToolContext(
+            session_id=self.session_id,
+            agent_type=self.agent.name,
+            tool_call_id=call.id,
+            step=self.step,
+            state=self.state,
+            _is_interrupted=lambda: self.stop_reason is not None,
+        )
+        return await execute_tool(tool, parsed, ctx)
+
+    # -- commits -------------------------------------------------------------------------------
+
+    def _dump_state(self) -> dict[str, Any]:
+        if isinstance(self.state, BaseModel):
+            return self.state.model_dump(mode="json")
+        return dict(self.state)
+
+    def _appends(self, messages: Sequence[Message]) -> list[MessageAppend]:
+        start = len(self.messages)
+        return [
+            MessageAppend(self.session_id, start + offset, message)
+            for offset, message in enumerate(messages)
+        ]
+
+    async def _commit(self, messages: Sequence[Message]) -> None:
+        record = dataclasses.replace(
+            self.record, step_count=self._step, state=self._dump_state(), updated_at=now_ms()
+        )
+        batch = WriteBatch(updated_sessions=[record], messages=self._appends(messages))
+        await self.writer.commit(batch)
+        self.record = record
+        self.messages.extend(messages)
+
+    async def _end(self, outcome: Outcome, messages: Sequence[Message] = ()) -> Outcome:
+        """Commit the session's end: status, output or error, its chunk, and its parent's ref."""
+        self._ending = True
+        now = now_ms()
+        # A step whose model call was cut short by a stop is not a step: it will be made again.
+        stopped = self.stop_reason is not None
+        record = dataclasses.replace(
+            self.record,
+            step_count=self.record.step_count if stopped else self._step,
+            status=outcome.status,
+            output=outcome.output,
+            error=outcome.error,
+            failure_reason=outcome.failure_reason,
+            state=self._dump_state(),
+            updated_at=now,
+        )
+        if outcome.status == "completed":
+            self.emit(OutputChunk, output=outcome.output)
+        elif outcome.status == "failed":
+            self.emit(ErrorChunk, error=outcome.error or "failed")
+        elif outcome.status == "interrupted":
+            self.emit(InterruptedChunk, reason=outcome.error)
+        batch = WriteBatch(updated_sessions=[record], messages=self._appends(messages))
+        if self.ref is not None and self.parent is not None:
+            self.ref = self.ref.model_copy(update={"status": outcome.status, "completed_at": now})
+            batch.refs.append(RefUpsert(self.parent.session_id, self.ref))
+        if self.record.is_root:
+            batch.streams.append(StreamUpdate(self.record.stream_id, outcome.status))
+        await self.writer.commit(batch)
+        self.record = record
+        self.messages.extend(messages)
+        return outcome
+
+    async def _stopped(self) -> Outcome:
+        """End a run stopped from outside, once its children have recorded their own stop."""
+        children = [child.task for child in self.children.values() if child.task is not None]
+        if children:
+            await asyncio.gather(*children, return_exceptions=True)
+        if self.stop_reason == "interrupted":
+            outcome = Outcome("interrupted", error=self.stop_message)
+        elif self.stop_reason == "parent_suspended":
+            outcome = Outcome(
+                "failed", error="The parent session suspended", failure_reason="parent_suspended"
+            )
+        else:
+            outcome = Outcome("failed", error=self.stop_message or "Stopped")
+        return await self._end(outcome)
