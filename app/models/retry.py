@@ -84,7 +84,8 @@ class RetryingModel(Model):
             except TransientModelError as exc:
                 if attempt == self.max_attempts:
                     raise TransientModelError(
-                        f"{self.name} failed {attempt} times in a row; last error: {exc.message}",
+                        f"{self.name} gave up after {_attempts(attempt)}; "
+                        f"last error: {exc.message}",
                         retry_after=exc.retry_after,
                     ) from exc
                 wait = self.delay(attempt, exc.retry_after)
@@ -100,6 +101,10 @@ class RetryingModel(Model):
                 await _close(events)
             await asyncio.sleep(wait)
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _attempts(count: int) -> str:
+    return f"{count} attempt" if count == 1 else f"{count} attempts"
 
 
 async def _close(events: AsyncIterator[ModelEvent] | None) -> None:
