@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, JsonValue
+from pydantic import Field
 
-from app.protocol._base import WireModel
+from app.protocol._base import Json, WireModel
 from app.protocol.session import SessionStatus, SubSessionRef
 
 
@@ -28,7 +28,7 @@ class SessionStatusView(WireModel):
     """Its lifecycle status."""
     step_count: int
     """Steps taken in the current turn."""
-    output: JsonValue = None
+    output: Json = None
     """The final output, once completed."""
     error: str | None = None
     """Why it failed, if it did."""

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, JsonValue, TypeAdapter
+from pydantic import Field, TypeAdapter
 
-from app.protocol._base import WireModel
+from app.protocol._base import Json, WireModel
 
 
 class BaseChunk(WireModel):
@@ -54,7 +54,7 @@ class ToolEndChunk(BaseChunk):
     """The call's id."""
     tool_name: str
     """The tool's name."""
-    result: JsonValue = None
+    result: Json = None
     """The tool's result."""
     error: str | None = None
     """The error message; null on success."""
@@ -82,7 +82,7 @@ class SubagentEndChunk(BaseChunk):
     """The child's session id."""
     call_id: str
     """The parent's tool call that started it."""
-    result: JsonValue = None
+    result: Json = None
     """The child's output; a failure is `{"success": false, "error": "..."}`."""
 
 
@@ -90,7 +90,7 @@ class OutputChunk(BaseChunk):
     """The agent's final output."""
 
     type: Literal["output"] = "output"
-    output: JsonValue = None
+    output: Json = None
     """The output: the validated `output_schema` object, or the final text."""
 
 

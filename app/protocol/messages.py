@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, JsonValue, TypeAdapter
+from pydantic import Field, TypeAdapter
 
-from app.protocol._base import WireModel
+from app.protocol._base import Json, WireModel
 
 
 class ToolCall(WireModel):
@@ -61,7 +61,7 @@ class ToolMessage(WireModel):
     """The call this answers."""
     tool_name: str
     """The tool that was called."""
-    result: JsonValue = None
+    result: Json = None
     """The tool's JSON result (for a failed sub-agent `{"success": false, "error": ...}`)."""
     error: str | None = None
     """The error message when the call failed; null on success."""

@@ -8,7 +8,6 @@ resumes from its own checkpoint, and only a missing one runs from scratch (`_set
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, JsonValue
@@ -135,9 +134,7 @@ async def _open_child(
         batch.messages.append(MessageAppend(child_id, 0, messages[0]))
     else:
         messages = await parent.runtime.store.load_messages(child_id)
-        record = dataclasses.replace(
-            existing, status="running", error=None, failure_reason=None, updated_at=now
-        )
+        record = existing.evolve(status="running", error=None, failure_reason=None, updated_at=now)
         batch.updated_sessions.append(record)
     await parent.writer.commit(batch)
     return SessionRun(

@@ -1,10 +1,11 @@
 """Numbers a root stream's chunks 1, 2, 3, ... and commits them in order, batched (group commit).
 
-One `StreamWriter` serves a root session and all its local sub-agents. A chunk is emitted into a
-pending buffer; the buffer is committed with the next step commit, or by a flush a few
-milliseconds later, whichever comes first, so text deltas never cost one transaction each. Readers
-see a chunk once it is committed, so a reconnecting client never sees a chunk that a crash could
-take back.
+One `StreamWriter` serves a root session and all its local sub-agents. Emitting only queues a
+chunk; the queue is committed with the next step commit, or by a flush a few milliseconds later,
+whichever comes first, so text deltas never cost one transaction each. Adjacent text deltas of
+one agent within a flush are joined into one chunk (DESIGN.md section 8 allows it). Sequences
+are given when the queue is committed, in emission order. Readers see a chunk once it is
+committed, so a reconnecting client never sees a chunk that a crash could take back.
 """
 
 from __future__ import annotations
@@ -13,8 +14,29 @@ import asyncio
 import contextlib
 from typing import Any
 
-from app.protocol import BaseChunk, Chunk
+from app.protocol import BaseChunk, Chunk, TextDeltaChunk
 from app.store import ChunkAppend, StateStore, WriteBatch, now_ms
+
+
+class _Queued:
+    """A chunk waiting for its sequence number."""
+
+    __slots__ = ("agent_id", "agent_type", "chunk_type", "fields", "step", "timestamp")
+
+    def __init__(
+        self,
+        chunk_type: type[BaseChunk],
+        agent_id: str,
+        agent_type: str,
+        step: int,
+        fields: dict[str, Any],
+    ) -> None:
+        self.chunk_type = chunk_type
+        self.agent_id = agent_id
+        self.agent_type = agent_type
+        self.step = step
+        self.fields = fields
+        self.timestamp = now_ms()
 
 
 class StreamWriter:
@@ -26,41 +48,65 @@ class StreamWriter:
         self.store = store
         self.stream_id = stream_id
         self.flush_delay = flush_delay
-        self._next = last_sequence + 1
-        self._pending: list[Chunk] = []
+        self._last = last_sequence
+        self._queue: list[_Queued] = []
         self._flush_timer: asyncio.TimerHandle | None = None
         self._flushes: set[asyncio.Task[None]] = set()
         self._failure: BaseException | None = None
 
     def emit(
-        self, chunk_type: type[BaseChunk], agent_id: str, agent_type: str, step: int, **fields: Any
+        self,
+        chunk_type: type[BaseChunk],
+        agent_id: str,
+        agent_type: str,
+        step: int,
+        fields: dict[str, Any],
     ) -> None:
-        """Number a new chunk and queue it for the next commit."""
-        chunk = chunk_type(
-            sequence=self._next,
-            agent_id=agent_id,
-            agent_type=agent_type,
-            step=step,
-            timestamp=now_ms(),
-            **fields,
-        )
-        self._next += 1
-        self._pending.append(chunk)  # type: ignore[arg-type]
+        """Queue a chunk for the next commit."""
+        queue = self._queue
+        if chunk_type is TextDeltaChunk and queue:
+            last = queue[-1]
+            if (
+                last.chunk_type is TextDeltaChunk
+                and last.agent_id == agent_id
+                and last.step == step
+            ):
+                last.fields["delta"] += fields["delta"]
+                return
+        queue.append(_Queued(chunk_type, agent_id, agent_type, step, fields))
         if self._flush_timer is None:
             self._flush_timer = asyncio.get_running_loop().call_later(
                 self.flush_delay, self._flush_soon
             )
 
+    def _take(self) -> list[Chunk]:
+        sequence = self._last
+        chunks = []
+        for item in self._queue:
+            sequence += 1
+            chunks.append(
+                item.chunk_type(
+                    sequence=sequence,
+                    agent_id=item.agent_id,
+                    agent_type=item.agent_type,
+                    step=item.step,
+                    timestamp=item.timestamp,
+                    **item.fields,
+                )
+            )
+        self._queue = []
+        self._last = sequence
+        return chunks  # type: ignore[return-value]
+
     async def commit(self, batch: WriteBatch) -> None:
-        """Commit `batch` atomically together with every chunk emitted so far.
+        """Commit `batch` atomically together with every chunk queued so far.
 
         The store applies commits in call order, so chunks always land as a contiguous prefix.
         """
         if self._failure is not None:
             raise self._failure
-        if self._pending:
-            batch.chunks.append(ChunkAppend(self.stream_id, self._pending))
-            self._pending = []
+        if self._queue:
+            batch.chunks.append(ChunkAppend(self.stream_id, self._take()))
         if batch.is_empty():
             return
         try:
@@ -70,25 +116,25 @@ class StreamWriter:
             raise
 
     async def drain(self) -> None:
-        """Commit what is pending and wait for background flushes."""
+        """Commit what is queued and wait for background flushes."""
         if self._flush_timer is not None:
             self._flush_timer.cancel()
             self._flush_timer = None
-        if self._pending:
+        if self._queue:
             await self.commit(WriteBatch())
         if self._flushes:
             await asyncio.gather(*self._flushes, return_exceptions=True)
 
     def discard(self) -> None:
-        """Drop what is pending (the process is stopping as if it had crashed)."""
+        """Drop what is queued (the process is stopping as if it had crashed)."""
         if self._flush_timer is not None:
             self._flush_timer.cancel()
             self._flush_timer = None
-        self._pending = []
+        self._queue = []
 
     def _flush_soon(self) -> None:
         self._flush_timer = None
-        if not self._pending or self._failure is not None:
+        if not self._queue or self._failure is not None:
             return
         task = asyncio.get_running_loop().create_task(self._flush())
         self._flushes.add(task)

@@ -9,7 +9,6 @@ owner is gone is taken over and resumed from its last committed step.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import logging
 import uuid
@@ -253,7 +252,7 @@ class AgentRuntime:
                     f"Session {session_id!r} is {record.status}: continue it with a new message"
                 )
             new_messages.append(UserMessage(content=message))
-            record = dataclasses.replace(record, step_count=0, output=None, error=None)
+            record = record.evolve(step_count=0, output=None, error=None)
         elif record.status in ("interrupted", "running"):
             if message is not None:
                 raise SessionNotResumableError(
@@ -281,9 +280,7 @@ class AgentRuntime:
             last_sequence = (await self.store.get_stream(record.stream_id)).last_sequence
         except StreamNotFoundError:
             last_sequence = 0
-        record = dataclasses.replace(
-            record, status="running", failure_reason=None, updated_at=now_ms()
-        )
+        record = record.evolve(status="running", failure_reason=None, updated_at=now_ms())
         await self.store.commit(
             WriteBatch(
                 updated_sessions=[record],

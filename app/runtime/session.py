@@ -10,7 +10,6 @@ continues from what the store holds: a fresh start, a resume and a takeover are 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -103,6 +102,9 @@ class SessionRun:
         self.task: asyncio.Task[Any] | None = None
         self._step = record.step_count
         """The step in progress: one past the committed count while a model call streams."""
+        self._turn = sum(1 for message in messages if isinstance(message, AssistantMessage))
+        """How many model responses the conversation holds (numbers tool calls without ids)."""
+        self._usage = Usage(record.input_tokens, record.output_tokens)
         self._started = False
         self._ending = False
         self._fresh_calls = False
@@ -135,7 +137,7 @@ class SessionRun:
 
     def emit(self, chunk_type: type[BaseChunk], **fields: Any) -> None:
         """Emit a chunk from this session into its root's stream."""
-        self.writer.emit(chunk_type, self.record.session_id, self.agent.name, self.step, **fields)
+        self.writer.emit(chunk_type, self.record.session_id, self.agent.name, self._step, fields)
 
     def hook_context(self) -> HookContext:
         """Who this session is, for hooks."""
@@ -152,8 +154,10 @@ class SessionRun:
         assert task is not None
         self.task = task
         self._started = True
+        hooks = self.agent.hooks
         try:
-            await fire(self.agent.hooks.on_agent_start, self.hook_context())
+            if hooks.on_agent_start is not None:
+                await fire(hooks.on_agent_start, self.hook_context())
             try:
                 if self.stop_reason is not None:
                     raise asyncio.CancelledError
@@ -172,10 +176,10 @@ class SessionRun:
                 outcome = await self._end(Outcome("failed", error=error_message(exc)))
         finally:
             self.runtime.active.pop(self.session_id, None)
-        if outcome.status == "completed":
-            await fire(self.agent.hooks.on_agent_complete, self.hook_context(), outcome.output)
-        elif outcome.status == "failed":
-            await fire(self.agent.hooks.on_agent_fail, self.hook_context(), outcome.error)
+        if outcome.status == "completed" and hooks.on_agent_complete is not None:
+            await fire(hooks.on_agent_complete, self.hook_context(), outcome.output)
+        elif outcome.status == "failed" and hooks.on_agent_fail is not None:
+            await fire(hooks.on_agent_fail, self.hook_context(), outcome.error)
         return outcome
 
     async def _loop(self) -> Outcome:
@@ -215,7 +219,7 @@ class SessionRun:
         )
         text: list[str] = []
         calls: list[ToolCall] = []
-        usage = Usage()
+        usage = None
         async for event in model.stream(request):
             if isinstance(event, TextDelta):
                 if event.text:
@@ -227,17 +231,18 @@ class SessionRun:
                 usage = event
             else:
                 assert_never(event)
-        turn = sum(1 for message in self.messages if isinstance(message, AssistantMessage))
         calls = [
-            call if call.id else call.model_copy(update={"id": tool_call_id(turn, index)})
+            call
+            if call.id
+            else ToolCall(call.name, call.arguments, tool_call_id(self._turn, index))
             for index, call in enumerate(calls)
         ]
         assistant = AssistantMessage(content="".join(text), tool_calls=tuple(calls))
-        self.record = dataclasses.replace(
-            self.record,
-            input_tokens=self.record.input_tokens + usage.input_tokens,
-            output_tokens=self.record.output_tokens + usage.output_tokens,
-        )
+        if usage is not None:
+            self._usage = Usage(
+                self._usage.input_tokens + usage.input_tokens,
+                self._usage.output_tokens + usage.output_tokens,
+            )
         if calls:
             self._fresh_calls = True
             await self._commit([assistant])
@@ -252,9 +257,8 @@ class SessionRun:
     async def _tools_phase(self, calls: Sequence[ToolCall]) -> Outcome | None:
         fresh, self._fresh_calls = self._fresh_calls, False
         for call in calls:
-            self.emit(
-                ToolStartChunk, tool_call_id=call.id, tool_name=call.name, arguments=call.arguments
-            )
+            if call.name != FINISH_TOOL_NAME:
+                self._emit_start(call)
         if len(calls) == 1:
             results = [await self._call(calls[0], fresh)]
         else:
@@ -271,15 +275,17 @@ class SessionRun:
     async def _call(self, call: ToolCall, fresh: bool) -> _Called:
         assert call.id is not None
         tool = self.agent.tool_map.get(call.name)
-        finish: Outcome | None = None
         if call.name == FINISH_TOOL_NAME and self.agent.output_schema is not None:
+            # A valid finish shows in the stream as the `output` chunk; a rejected one as a tool
+            # call that failed, so the model's mistake is visible.
             parsed = parse_arguments(call.name, self.agent.output_schema, call.arguments)
             if isinstance(parsed, CallResult):
+                self._emit_start(call)
                 result = CallResult(error=f"{parsed.error}. Fix the output and call it again.")
             else:
                 output = to_json(parsed.model_dump(mode="json"))
-                result = CallResult(result=output)
-                finish = Outcome("completed", output=output)
+                message = ToolMessage(tool_call_id=call.id, tool_name=call.name, result=output)
+                return _Called(message, Outcome("completed", output=output))
         elif tool is None:
             offered = ", ".join(spec.name for spec in self.agent.tool_specs) or "none"
             result = CallResult(error=f"Unknown tool {call.name!r}; available tools: {offered}")
@@ -313,7 +319,12 @@ class SessionRun:
         message = ToolMessage(
             tool_call_id=call.id, tool_name=call.name, result=result.result, error=result.error
         )
-        return _Called(message, finish)
+        return _Called(message)
+
+    def _emit_start(self, call: ToolCall) -> None:
+        self.emit(
+            ToolStartChunk, tool_call_id=call.id, tool_name=call.name, arguments=call.arguments
+        )
 
     async def _execute(self, tool: Tool, call: ToolCall) -> CallResult:
         parsed = parse_arguments(call.name, tool.input_schema, call.arguments)
@@ -344,14 +355,23 @@ class SessionRun:
             for offset, message in enumerate(messages)
         ]
 
-    async def _commit(self, messages: Sequence[Message]) -> None:
-        record = dataclasses.replace(
-            self.record, step_count=self._step, state=self._dump_state(), updated_at=now_ms()
+    def _next_record(self, step_count: int, **changes: Any) -> SessionRecord:
+        return self.record.evolve(
+            step_count=step_count,
+            state=self._dump_state(),
+            input_tokens=self._usage.input_tokens,
+            output_tokens=self._usage.output_tokens,
+            updated_at=now_ms(),
+            **changes,
         )
+
+    async def _commit(self, messages: Sequence[Message]) -> None:
+        record = self._next_record(self._step)
         batch = WriteBatch(updated_sessions=[record], messages=self._appends(messages))
         await self.writer.commit(batch)
         self.record = record
         self.messages.extend(messages)
+        self._turn += sum(1 for message in messages if isinstance(message, AssistantMessage))
 
     async def _end(self, outcome: Outcome, messages: Sequence[Message] = ()) -> Outcome:
         """Commit the session's end: status, output or error, its chunk, and its parent's ref."""
@@ -359,15 +379,12 @@ class SessionRun:
         now = now_ms()
         # A step whose model call was cut short by a stop is not a step: it will be made again.
         stopped = self.stop_reason is not None
-        record = dataclasses.replace(
-            self.record,
-            step_count=self.record.step_count if stopped else self._step,
+        record = self._next_record(
+            self.record.step_count if stopped else self._step,
             status=outcome.status,
             output=outcome.output,
             error=outcome.error,
             failure_reason=outcome.failure_reason,
-            state=self._dump_state(),
-            updated_at=now,
         )
         if outcome.status == "completed":
             self.emit(OutputChunk, output=outcome.output)

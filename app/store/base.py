@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import TracebackType
 from typing import Any, Literal, Self
 
@@ -58,10 +58,22 @@ class SessionRecord:
     owner_id: str | None = None
     lease_expires_at: int | None = None
 
+    def evolve(self, **changes: Any) -> SessionRecord:
+        """A copy with `changes` applied: `dataclasses.replace`, several times faster."""
+        new = _new_object(SessionRecord)
+        for name in _SESSION_FIELDS:
+            _set_attribute(new, name, changes[name] if name in changes else getattr(self, name))
+        return new
+
     @property
     def is_root(self) -> bool:
         """Whether the session owns its stream (it is not a local sub-agent)."""
         return self.stream_id == self.session_id
+
+
+_SESSION_FIELDS = tuple(f.name for f in fields(SessionRecord))
+_new_object = object.__new__
+_set_attribute = object.__setattr__
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ class _Stream:
     chunks: list[Chunk]
     status: SessionStatus
     stopped_at: int | None
-    changed: asyncio.Event
+    waiters: list[asyncio.Future[None]]
     base: int = 0
     """Chunks deleted by retention: `chunks[0]` has sequence `base + 1`."""
 
@@ -41,6 +41,8 @@ class MemoryStore(StateStore):
     def __init__(self) -> None:
         super().__init__()
         self._sessions: dict[str, SessionRecord] = {}
+        self._leases: dict[str, tuple[str | None, int | None]] = {}
+        """Owner and expiry by session, kept apart so updates never touch them."""
         self._by_key: dict[str, str] = {}
         self._messages: dict[str, list[Message]] = {}
         self._refs: dict[str, dict[str, SubSessionRef]] = {}
@@ -54,14 +56,12 @@ class MemoryStore(StateStore):
         now = now_ms()
         for record in batch.new_sessions:
             self._sessions[record.session_id] = record
+            self._leases[record.session_id] = (record.owner_id, record.lease_expires_at)
             if record.idempotency_key is not None:
                 self._by_key[record.idempotency_key] = record.session_id
             self._messages.setdefault(record.session_id, [])
         for record in batch.updated_sessions:
-            held = self._sessions[record.session_id]
-            self._sessions[record.session_id] = dataclasses.replace(
-                record, owner_id=held.owner_id, lease_expires_at=held.lease_expires_at
-            )
+            self._sessions[record.session_id] = record
         for append in batch.messages:
             self._messages.setdefault(append.session_id, []).append(append.message)
         for upsert in batch.refs:
@@ -79,8 +79,11 @@ class MemoryStore(StateStore):
             touched.add(update.stream_id)
         for stream_id in touched:
             stream = self._streams[stream_id]
-            stream.changed.set()
-            stream.changed = asyncio.Event()
+            if stream.waiters:
+                for waiter in stream.waiters:
+                    if not waiter.done():
+                        waiter.set_result(None)
+                stream.waiters = []
 
     def _validate(self, batch: WriteBatch) -> None:
         new_ids: set[str] = set()
@@ -99,7 +102,8 @@ class MemoryStore(StateStore):
         for append in batch.messages:
             expected = counts.get(append.session_id)
             if expected is None:
-                expected = len(self._messages.get(append.session_id, ()))
+                held = self._messages.get(append.session_id)
+                expected = len(held) if held else 0
             if append.index != expected:
                 raise SessionExistsError(
                     f"Message {append.index} of session {append.session_id!r} conflicts: "
@@ -112,34 +116,40 @@ class MemoryStore(StateStore):
             if last is None:
                 stream = self._streams.get(chunk_append.stream_id)
                 last = stream.last_sequence if stream else 0
-            for chunk in chunk_append.chunks:
-                if chunk.sequence != last + 1:
-                    raise SessionExistsError(
-                        f"Chunk {chunk.sequence} of stream {chunk_append.stream_id!r} does not "
-                        f"follow {last}"
-                    )
-                last = chunk.sequence
-            lasts[chunk_append.stream_id] = last
+            # Sequences are numbered by one writer, so checking both ends checks the run.
+            chunks = chunk_append.chunks
+            if chunks[0].sequence != last + 1 or chunks[-1].sequence != last + len(chunks):
+                raise SessionExistsError(
+                    f"Chunks {chunks[0].sequence}..{chunks[-1].sequence} of stream "
+                    f"{chunk_append.stream_id!r} do not follow {last}"
+                )
+            lasts[chunk_append.stream_id] = last + len(chunks)
 
     def _stream(self, stream_id: str) -> _Stream:
         stream = self._streams.get(stream_id)
         if stream is None:
-            stream = self._streams[stream_id] = _Stream([], "running", None, asyncio.Event())
+            stream = self._streams[stream_id] = _Stream([], "running", None, [])
         return stream
 
     async def get_session(self, session_id: str) -> SessionRecord:
         """The session, or `SessionNotFoundError`."""
         self._check_open()
         try:
-            return self._sessions[session_id]
+            return self._with_lease(self._sessions[session_id])
         except KeyError:
             raise SessionNotFoundError(f"Session {session_id!r} not found") from None
+
+    def _with_lease(self, record: SessionRecord) -> SessionRecord:
+        owner_id, expires = self._leases[record.session_id]
+        if record.owner_id == owner_id and record.lease_expires_at == expires:
+            return record
+        return record.evolve(owner_id=owner_id, lease_expires_at=expires)
 
     async def find_session_by_idempotency_key(self, key: str) -> SessionRecord | None:
         """The session created with this key, if any."""
         self._check_open()
         session_id = self._by_key.get(key)
-        return None if session_id is None else self._sessions[session_id]
+        return None if session_id is None else self._with_lease(self._sessions[session_id])
 
     async def load_messages(self, session_id: str) -> list[Message]:
         """The session's conversation."""
@@ -153,17 +163,12 @@ class MemoryStore(StateStore):
 
     async def claim_session(self, session_id: str, owner_id: str, lease_ms: int) -> bool:
         """Take the lease if free, expired or ours."""
-        record = await self.get_session(session_id)
+        await self.get_session(session_id)
         now = now_ms()
-        free = (
-            record.owner_id is None
-            or record.owner_id == owner_id
-            or (record.lease_expires_at or 0) < now
-        )
+        held_by, expires = self._leases[session_id]
+        free = held_by is None or held_by == owner_id or (expires or 0) < now
         if free:
-            self._sessions[session_id] = dataclasses.replace(
-                record, owner_id=owner_id, lease_expires_at=now + lease_ms
-            )
+            self._leases[session_id] = (owner_id, now + lease_ms)
         return free
 
     async def renew_leases(
@@ -174,36 +179,31 @@ class MemoryStore(StateStore):
         held: set[str] = set()
         expires = now_ms() + lease_ms
         for session_id in session_ids:
-            record = self._sessions.get(session_id)
-            if record is not None and record.owner_id == owner_id:
-                self._sessions[session_id] = dataclasses.replace(record, lease_expires_at=expires)
+            lease = self._leases.get(session_id)
+            if lease is not None and lease[0] == owner_id:
+                self._leases[session_id] = (owner_id, expires)
                 held.add(session_id)
         return held
 
     async def release_session(self, session_id: str, owner_id: str) -> None:
         """Drop our lease."""
         self._check_open()
-        record = self._sessions.get(session_id)
-        if record is not None and record.owner_id == owner_id:
-            self._sessions[session_id] = dataclasses.replace(
-                record, owner_id=None, lease_expires_at=None
-            )
+        lease = self._leases.get(session_id)
+        if lease is not None and lease[0] == owner_id:
+            self._leases[session_id] = (None, None)
 
     async def list_orphaned_sessions(self, *, owner_id: str | None = None) -> list[SessionRecord]:
         """Running roots with no live owner (or owned by `owner_id`)."""
         self._check_open()
         now = now_ms()
-        return [
-            record
-            for record in self._sessions.values()
-            if record.status == "running"
-            and record.is_root
-            and (
-                record.owner_id is None
-                or (record.lease_expires_at or 0) < now
-                or (owner_id is not None and record.owner_id == owner_id)
-            )
-        ]
+        orphans = []
+        for record in self._sessions.values():
+            if record.status != "running" or not record.is_root:
+                continue
+            held_by, expires = self._leases[record.session_id]
+            if held_by is None or (expires or 0) < now or (owner_id and held_by == owner_id):
+                orphans.append(self._with_lease(record))
+        return orphans
 
     async def set_interrupt_flag(self, session_id: str, reason: str | None = None) -> None:
         """Raise the flag and tell the listeners."""
@@ -241,11 +241,16 @@ class MemoryStore(StateStore):
         stream = self._stream(stream_id)
         if stream.last_sequence > after:
             return
+        waiter = asyncio.get_running_loop().create_future()
+        stream.waiters.append(waiter)
         try:
             async with asyncio.timeout(timeout):
-                await stream.changed.wait()
+                await waiter
         except TimeoutError:
             return
+        finally:
+            if waiter in stream.waiters:
+                stream.waiters.remove(waiter)
 
     async def delete_finished_streams(self, *, older_than_ms: int) -> int:
         """Forget the chunks of long-stopped streams."""
