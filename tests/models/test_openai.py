@@ -191,6 +191,32 @@ async def test_invalid_tool_call_json_is_passed_on_raw(
     ]
 
 
+async def test_tolerates_servers_that_number_nothing_and_repeat_names(
+    fake_openai: FakeOpenAI, model: OpenAIChatModel
+) -> None:
+    def part(call_id: str | None, arguments: str) -> dict[str, object]:
+        delta: dict[str, object] = {"function": {"name": "add", "arguments": arguments}}
+        if call_id is not None:
+            delta["id"] = call_id
+        return {"choices": [{"delta": {"tool_calls": [delta]}}]}
+
+    chunks: list[dict[str, object] | bytes] = [
+        {"choices": [{"delta": {"role": "assistant", "content": "Sure."}}]},
+        part("c1", '{"a": 1,'),
+        part(None, ' "b": 2}'),
+        part("c2", '{"a": 3, "b": 4}'),
+        part("c2", ""),
+        {"choices": [{"delta": {}, "finish_reason": "tool_calls"}]},
+    ]
+    fake_openai.script(StreamReply(chunks))
+
+    assert await collect(model.stream(make_request())) == [
+        TextDelta("Sure."),
+        ToolCallReady(ToolCall("add", {"a": 1, "b": 2}, id="c1")),
+        ToolCallReady(ToolCall("add", {"a": 3, "b": 4}, id="c2")),
+    ]
+
+
 async def test_conversation_is_mapped_to_chat_messages(
     fake_openai: FakeOpenAI, model: OpenAIChatModel
 ) -> None:
@@ -537,10 +563,11 @@ async def test_stream_ending_before_the_finish_is_transient(
     )
 
 
+@pytest.mark.parametrize("garbage", [b"data: {not json\n\n", b"data: [1, 2]\n\n"])
 async def test_malformed_chunk_is_a_model_error(
-    fake_openai: FakeOpenAI, model: OpenAIChatModel
+    fake_openai: FakeOpenAI, model: OpenAIChatModel, garbage: bytes
 ) -> None:
-    fake_openai.script(StreamReply([completion_chunks("Two.")[0], b"data: {not json\n\n"]))
+    fake_openai.script(StreamReply([completion_chunks("Two.")[0], garbage]))
 
     with pytest.raises(ModelError) as caught:
         await collect(model.stream(make_request()))
