@@ -1,17 +1,135 @@
-"""The `store` fixture: every contract test runs once per backend named in `BACKENDS`."""
+"""Store fixtures: the contract suite runs against every backend in `BACKENDS`.
+
+PostgreSQL tests use the server at `TEST_POSTGRES_URL` (default
+`postgresql+asyncpg://postgres@127.0.0.1:5432/test`), each in a fresh database of its own that is
+dropped afterwards. When that server cannot be reached they fail if `CI` is set, and are skipped
+with the reason otherwise. Every test here also fails if it blocked the event loop.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
+import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 
+import asyncpg  # type: ignore[import-untyped]
 import pytest
+from sqlalchemy.engine import make_url
 
 from app.store import MemoryStore, StateStore
+from app.store.sql import SqlStore
 
-BACKENDS = ["memory"]
+BACKENDS = ["memory", "sqlite", "postgres"]
+SQL_BACKENDS = ["sqlite", "postgres"]
+
+POSTGRES_URL = os.environ.get(
+    "TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
+)
+
+LOOP_BLOCK_LIMIT = 0.5
+"""Seconds the event loop may go without running a 10 ms heartbeat before the test fails."""
+
+_unreachable: list[str] = []
+_probed = False
+
+
+def _dsn(database: str | None = None) -> str:
+    url = make_url(POSTGRES_URL).set(drivername="postgresql")
+    if database is not None:
+        url = url.set(database=database)
+    return url.render_as_string(hide_password=False)
+
+
+async def _admin() -> asyncpg.Connection:
+    return await asyncpg.connect(_dsn(), timeout=5)
+
+
+async def _require_postgres() -> None:
+    global _probed
+    if not _probed:
+        _probed = True
+        try:
+            connection = await _admin()
+        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            _unreachable.append(f"{type(exc).__name__}: {exc}")
+        else:
+            await connection.close()
+    if _unreachable:
+        where = make_url(POSTGRES_URL).render_as_string(hide_password=True)
+        reason = f"PostgreSQL was unreachable at {where} ({_unreachable[0]})"
+        if os.environ.get("CI"):
+            pytest.fail(f"{reason}; CI requires it (set TEST_POSTGRES_URL)")
+        pytest.skip(reason)
+
+
+@contextlib.asynccontextmanager
+async def postgres_database() -> AsyncIterator[str]:
+    """A fresh, empty PostgreSQL database for one test; dropped afterwards."""
+    await _require_postgres()
+    name = f"store_test_{uuid.uuid4().hex[:16]}"
+    admin = await _admin()
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    try:
+        yield make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
+    finally:
+        admin = await _admin()
+        try:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await admin.close()
+
+
+@contextlib.asynccontextmanager
+async def database_url(backend: str, folder: Path) -> AsyncIterator[str]:
+    """The URL of a fresh, empty database of `backend` ("sqlite" or "postgres")."""
+    if backend == "sqlite":
+        yield f"sqlite+aiosqlite:///{folder / 'db' / 'store.db'}"
+    elif backend == "postgres":
+        async with postgres_database() as url:
+            yield url
+    else:
+        raise ValueError(f"not a SQL backend: {backend}")
+
+
+@pytest.fixture(params=SQL_BACKENDS)
+async def sql_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    """A fresh, empty database on each SQL backend."""
+    async with database_url(request.param, tmp_path) as url:
+        yield url
 
 
 @pytest.fixture(params=BACKENDS)
-async def store(request: pytest.FixtureRequest) -> AsyncIterator[StateStore]:
-    async with MemoryStore() as opened:
-        yield opened
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[StateStore]:
+    """An open store of each backend, empty."""
+    if request.param == "memory":
+        async with MemoryStore() as opened:
+            yield opened
+        return
+    async with database_url(request.param, tmp_path) as url, SqlStore(url) as sql_store:
+        yield sql_store
+
+
+@pytest.fixture(autouse=True)
+async def _fail_if_the_loop_blocks() -> AsyncIterator[None]:
+    loop = asyncio.get_running_loop()
+    worst = 0.0
+
+    async def heartbeat() -> None:
+        nonlocal worst
+        while True:
+            started = loop.time()
+            await asyncio.sleep(0.01)
+            worst = max(worst, loop.time() - started - 0.01)
+
+    task = asyncio.create_task(heartbeat())
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert worst < LOOP_BLOCK_LIMIT, f"The event loop was blocked for {worst:.3f}s"

@@ -1,1 +1,5 @@
-"""The SQL stores (SQLite and PostgreSQL over SQLAlchemy async): being built, see issue 3."""
+"""The SQL stores: one SQLAlchemy schema and Alembic history for SQLite and PostgreSQL."""
+
+from app.store.sql.store import SqlStore
+
+__all__ = ["SqlStore"]

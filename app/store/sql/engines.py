@@ -1,0 +1,140 @@
+"""Engines for the two backends, and the one place driver errors become store errors.
+
+SQLite gets WAL, a busy timeout and `synchronous=NORMAL` on every connection, and SQLAlchemy (not
+the sqlite3 module) issues BEGIN, so a transaction covers every statement in it: writers begin
+with `BEGIN IMMEDIATE` and take the database's write lock up front instead of failing to upgrade
+a read lock later. Readers run in autocommit: each query is its own snapshot.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import asyncpg  # type: ignore[import-untyped]
+import pydantic_core
+from sqlalchemy import event
+from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import NullPool
+
+from app.errors import AgentServerError, DefinitionError, SessionExistsError, StoreError
+
+Backend = Literal["sqlite", "postgresql"]
+"""Which database a URL names."""
+
+SQLITE_BUSY_TIMEOUT_MS = 10_000
+"""How long a SQLite connection waits for another process's write lock before failing."""
+
+DRIVER_ERRORS: tuple[type[BaseException], ...] = (
+    SQLAlchemyError,
+    OSError,
+    TimeoutError,
+    sqlite3.Error,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+)
+"""What the drivers raise: caught only at the store's boundary and turned into `StoreError`."""
+
+
+def parse_url(database_url: str) -> tuple[URL, Backend]:
+    """The URL and its backend; a clear `DefinitionError` for anything but the two drivers."""
+    try:
+        url = make_url(database_url)
+    except ArgumentError as exc:
+        raise DefinitionError(f"Invalid database URL: {exc}") from exc
+    if url.drivername == "sqlite+aiosqlite":
+        database = url.database or ""
+        if database in ("", ":memory:") or url.query.get("mode") == "memory":
+            raise DefinitionError(
+                "An in-memory SQLite database lives in one connection and cannot hold the "
+                "store: use memory:// or a file path (sqlite+aiosqlite:///path/to/file.db)"
+            )
+        return url, "sqlite"
+    if url.drivername == "postgresql+asyncpg":
+        return url, "postgresql"
+    raise DefinitionError(
+        f"Unsupported database driver {url.drivername!r}: use sqlite+aiosqlite:///path "
+        "or postgresql+asyncpg://user@host/db"
+    )
+
+
+def ensure_sqlite_folder(url: URL) -> None:
+    """Create the SQLite file's parent folder if it is missing."""
+    database = url.database or ""
+    if database.startswith("file:"):
+        return
+    Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+
+
+def _json_dumps(value: Any) -> str:
+    return pydantic_core.to_json(value).decode()
+
+
+def create_engine(
+    url: URL, backend: Backend, *, writer: bool = True, pool_size: int = 5, listener: bool = False
+) -> AsyncEngine:
+    """An engine for `url`.
+
+    On SQLite, `writer` engines begin every transaction with `BEGIN IMMEDIATE` and readers run
+    in autocommit; PostgreSQL uses one engine for both. A `listener` engine opens unpooled
+    connections (the dedicated LISTEN connection).
+    """
+    options: dict[str, Any] = {
+        "json_serializer": _json_dumps,
+        "json_deserializer": pydantic_core.from_json,
+    }
+    if listener:
+        options["poolclass"] = NullPool
+    else:
+        options["pool_size"] = pool_size
+        options["max_overflow"] = 0 if backend == "sqlite" else 2 * pool_size
+    engine = create_async_engine(url, **options)
+    if backend == "sqlite":
+        _configure_sqlite(engine, writer=writer)
+    return engine
+
+
+def _configure_sqlite(engine: AsyncEngine, *, writer: bool) -> None:
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+        finally:
+            cursor.close()
+
+    if writer:
+
+        @event.listens_for(engine.sync_engine, "begin")
+        def _on_begin(connection: Connection) -> None:
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+@contextlib.contextmanager
+def translate_errors(action: str, *, conflict: str | None = None) -> Iterator[None]:
+    """Turn a driver error into `StoreError` (or, given `conflict`, an integrity error into
+    `SessionExistsError` with that message); the project's own errors pass through."""
+    try:
+        yield
+    except AgentServerError:
+        raise
+    except IntegrityError as exc:
+        if conflict is not None:
+            raise SessionExistsError(conflict) from exc
+        raise StoreError(f"Could not {action}: {_describe(exc)}") from exc
+    except DRIVER_ERRORS as exc:
+        raise StoreError(f"Could not {action}: {_describe(exc)}") from exc
+
+
+def _describe(exc: BaseException) -> str:
+    original = getattr(exc, "orig", None) or exc
+    text = str(original).strip().splitlines()
+    return f"{type(original).__name__}: {text[0]}" if text else type(original).__name__

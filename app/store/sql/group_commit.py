@@ -1,0 +1,145 @@
+"""Group commit: one writer task per store applies concurrent batches many per transaction.
+
+Callers queue their batch and await its own outcome. The writer takes the queued batches in
+arrival order (at most `max_batches` and about `max_rows` rows) and applies them in one
+transaction, so a hundred concurrent runs cost a handful of transactions, and one stream's
+chunks land in the order they were committed. When a grouped transaction fails, each of its
+batches is applied again in a transaction of its own: only the bad batch fails, with its own
+error, and the others land.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from app.errors import AgentServerError, StoreClosedError, StoreError
+from app.store.base import WriteBatch
+from app.store.sql.writes import batch_size
+
+logger = logging.getLogger(__name__)
+
+Apply = Callable[[Sequence[WriteBatch]], Awaitable[None]]
+"""Applies batches in one transaction, committing it; raises (having rolled back) on failure."""
+
+
+@dataclass(slots=True)
+class _Pending:
+    batch: WriteBatch
+    size: int
+    outcome: asyncio.Future[None]
+
+
+class GroupCommitter:
+    """Queues `WriteBatch`es for one writer task that commits them in groups, in arrival order.
+
+    A caller cancelled while its batch waits in the queue withdraws it; once the writer has taken
+    the batch, it is applied even if its caller has gone.
+    """
+
+    def __init__(self, apply: Apply, *, max_batches: int = 128, max_rows: int = 4096) -> None:
+        self._apply = apply
+        self._max_batches = max_batches
+        self._max_rows = max_rows
+        self._queue: collections.deque[_Pending] = collections.deque()
+        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+        self.groups = 0
+        """Transactions committed so far (for benchmarks and tests)."""
+
+    def start(self) -> None:
+        """Start the writer task."""
+        self._task = asyncio.create_task(self._run(), name="sql-store-group-commit")
+
+    async def submit(self, batch: WriteBatch) -> None:
+        """Queue `batch` and wait until it is committed; raises what its own transaction raised."""
+        if self._closing or self._task is None:
+            raise StoreClosedError("The store's writer is not running")
+        outcome: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queue.append(_Pending(batch, batch_size(batch), outcome))
+        self._wakeup.set()
+        await outcome
+
+    async def close(self) -> None:
+        """Commit what is queued, then stop the writer."""
+        self._closing = True
+        self._wakeup.set()
+        if self._task is not None:
+            await self._task
+
+    async def _run(self) -> None:
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            while group := self._take():
+                await self._commit(group)
+            if self._closing:
+                return
+
+    def _take(self) -> list[_Pending]:
+        group: list[_Pending] = []
+        rows = 0
+        while self._queue and len(group) < self._max_batches:
+            pending = self._queue[0]
+            if pending.outcome.done():
+                self._queue.popleft()
+                continue
+            if group and rows + pending.size > self._max_rows:
+                break
+            self._queue.popleft()
+            group.append(pending)
+            rows += pending.size
+        return group
+
+    async def _commit(self, group: list[_Pending]) -> None:
+        try:
+            await self._apply([pending.batch for pending in group])
+        except Exception as exc:
+            if len(group) == 1:
+                _settle(group[0], exc)
+                return
+            logger.debug("A group of %d batches failed; applying them one by one", len(group))
+            for pending in group:
+                try:
+                    await self._apply([pending.batch])
+                except Exception as single:
+                    _settle(pending, single)
+                else:
+                    self.groups += 1
+                    _settle(pending, None)
+            return
+        except BaseException:
+            for pending in group:
+                _settle(pending, StoreClosedError("The store closed before the batch committed"))
+            raise
+        self.groups += 1
+        for pending in group:
+            _settle(pending, None)
+
+
+def _settle(pending: _Pending, error: Exception | None) -> None:
+    if pending.outcome.done():
+        return
+    if error is None:
+        pending.outcome.set_result(None)
+    elif isinstance(error, AgentServerError):
+        pending.outcome.set_exception(error)
+    else:
+        logger.exception("Unexpected error in the store's writer", exc_info=error)
+        failure = StoreError(f"The store's writer failed: {type(error).__name__}: {error}")
+        failure.__cause__ = error
+        pending.outcome.set_exception(failure)
+
+
+async def cancel_quietly(task: asyncio.Task[None] | None) -> None:
+    """Cancel `task` and wait for it, swallowing its cancellation."""
+    if task is None or task.done():
+        return
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

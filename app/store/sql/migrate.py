@@ -1,0 +1,64 @@
+"""Runs the Alembic history programmatically, so a store is at the current schema when it opens.
+
+Migrations run in one transaction on the connection they are given (SQLite and PostgreSQL both
+have transactional DDL), under a lock: `BEGIN IMMEDIATE` on SQLite and an advisory lock on
+PostgreSQL, so replicas starting together migrate once and the others wait and find it done.
+By hand: `DATABASE_URL=... .venv/bin/alembic upgrade head` from the repository's root.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Connection, text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.store.sql.engines import Backend
+
+MIGRATIONS_DIR = Path(__file__).resolve().parents[3] / "migrations"
+"""The Alembic script directory (one history for both backends)."""
+
+MIGRATION_LOCK_KEY = 0x5A_67_53_74
+"""The PostgreSQL advisory lock that serialises migrations across processes."""
+
+
+def alembic_config(connection: Connection | None = None) -> Config:
+    """An Alembic configuration for the store's history, bound to `connection` if given."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    if connection is not None:
+        config.attributes["connection"] = connection
+    return config
+
+
+async def run_locked(
+    engine: AsyncEngine, backend: Backend, work: Callable[[Connection], None]
+) -> None:
+    """Run `work` on a connection in one transaction that holds the migration lock."""
+    async with engine.begin() as connection:
+        if backend == "postgresql":
+            await connection.execute(
+                text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY}
+            )
+        await connection.run_sync(work)
+
+
+async def upgrade(engine: AsyncEngine, backend: Backend, revision: str = "head") -> None:
+    """Migrate the database `engine` reaches up to `revision`."""
+
+    def work(connection: Connection) -> None:
+        command.upgrade(alembic_config(connection), revision)
+
+    await run_locked(engine, backend, work)
+
+
+async def downgrade(engine: AsyncEngine, backend: Backend, revision: str) -> None:
+    """Migrate the database `engine` reaches down to `revision` (`base` empties it)."""
+
+    def work(connection: Connection) -> None:
+        command.downgrade(alembic_config(connection), revision)
+
+    await run_locked(engine, backend, work)

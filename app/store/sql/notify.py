@@ -1,0 +1,270 @@
+"""Wake-ups: how `wait_for_stream` callers and interrupt listeners learn of other writers.
+
+In-process commits wake a stream's waiters directly. Other processes are heard through
+PostgreSQL's LISTEN/NOTIFY on one dedicated connection, or, on SQLite (and on PostgreSQL while
+that connection is down), by a poller that runs only while someone waits or listens: it asks
+SQLite's `PRAGMA data_version` whether anyone committed, and only then reads the waited streams
+and the raised flags.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from app.protocol import SessionStatus
+from app.store.sql.engines import DRIVER_ERRORS
+from app.store.sql.group_commit import cancel_quietly
+from app.store.sql.queries import INTERRUPT_CHANNEL, STREAM_CHANNEL, Queries
+
+logger = logging.getLogger(__name__)
+
+Progress = tuple[int, SessionStatus]
+"""A stream's last sequence and status."""
+
+
+@dataclass(slots=True)
+class _Waited:
+    event: asyncio.Event = field(default_factory=asyncio.Event)
+    waiters: int = 0
+    known: Progress | None = None
+    """The stream's progress as last seen by a waiter or the poller; None once woken locally."""
+
+
+class StreamWaiters:
+    """One event per waited stream; waking sets it and gives later waiters a fresh one."""
+
+    def __init__(self) -> None:
+        self._streams: dict[str, _Waited] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._streams)
+
+    def register(self, stream_id: str) -> asyncio.Event:
+        """Start waiting on the stream: the event is set by its next wake-up."""
+        waited = self._streams.get(stream_id)
+        if waited is None:
+            waited = self._streams[stream_id] = _Waited()
+        waited.waiters += 1
+        return waited.event
+
+    def note(self, stream_id: str, progress: Progress | None) -> bool:
+        """Record what a waiter read after registering; False when it is already stale."""
+        waited = self._streams[stream_id]
+        if waited.known is None:
+            waited.known = progress
+            return True
+        return waited.known == progress
+
+    def release(self, stream_id: str) -> None:
+        """Stop waiting on the stream."""
+        waited = self._streams[stream_id]
+        waited.waiters -= 1
+        if waited.waiters == 0:
+            del self._streams[stream_id]
+
+    def wake(self, stream_ids: set[str] | list[str], *, seen: Progress | None = None) -> None:
+        """Wake the streams' waiters."""
+        for stream_id in stream_ids:
+            waited = self._streams.get(stream_id)
+            if waited is not None:
+                waited.event.set()
+                waited.event = asyncio.Event()
+                waited.known = seen
+
+    def wake_all(self) -> None:
+        """Wake every waiter (a reconnect or close: whatever happened meanwhile is unknown)."""
+        self.wake(list(self._streams))
+
+    def waited(self) -> list[str]:
+        """The streams someone waits on."""
+        return list(self._streams)
+
+    def observe(self, stream_id: str, progress: Progress) -> None:
+        """The poller read the stream: wake its waiters if it moved since last seen."""
+        waited = self._streams.get(stream_id)
+        if waited is None:
+            return
+        if waited.known is None:
+            waited.known = progress
+        elif waited.known != progress:
+            self.wake([stream_id], seen=progress)
+
+
+class Poller:
+    """Polls the database for stream and flag changes while `wanted()` says someone cares."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        queries: Queries,
+        waiters: StreamWaiters,
+        on_interrupt: Callable[[str], None],
+        wanted: Callable[[], bool],
+        *,
+        interval: float,
+    ) -> None:
+        self._engine = engine
+        self._q = queries
+        self._waiters = waiters
+        self._on_interrupt = on_interrupt
+        self._wanted = wanted
+        self._interval = interval
+        self._task: asyncio.Task[None] | None = None
+        self._flags_seen: set[tuple[str, int]] = set()
+
+    def ensure_running(self) -> None:
+        """Start polling unless it already runs."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(), name="sql-store-poller")
+
+    def flag_seen(self, session_id: str, requested_at: int) -> None:
+        """A flag this process raised and announced itself: do not announce it again."""
+        self._flags_seen.add((session_id, requested_at))
+
+    async def close(self) -> None:
+        """Stop polling."""
+        await cancel_quietly(self._task)
+
+    async def _run(self) -> None:
+        sqlite = self._q.backend == "sqlite"
+        version: Any = None
+        connection: AsyncConnection | None = None
+        try:
+            while self._wanted():
+                try:
+                    if connection is None:
+                        connection = await self._engine.connect()
+                        version = None
+                    if sqlite:
+                        current = (await connection.execute(text("PRAGMA data_version"))).scalar()
+                        if current != version:
+                            version = current
+                            await self._check(connection)
+                    else:
+                        await self._check(connection)
+                    await connection.commit()
+                except DRIVER_ERRORS as exc:
+                    logger.warning("Polling the store failed: %s", exc)
+                    if connection is not None:
+                        with contextlib.suppress(*DRIVER_ERRORS):
+                            await connection.close()
+                    connection = None
+                await asyncio.sleep(self._interval)
+        finally:
+            if connection is not None:
+                with contextlib.suppress(*DRIVER_ERRORS):
+                    await asyncio.shield(connection.close())
+
+    async def _check(self, connection: AsyncConnection) -> None:
+        waited = self._waiters.waited()
+        if waited:
+            result = await connection.execute(self._q.streams_progress, {"ids": waited})
+            for stream_id, last_sequence, status in result:
+                self._waiters.observe(stream_id, (last_sequence, status))
+        result = await connection.execute(self._q.all_flags)
+        flags = {(session_id, requested_at) for session_id, requested_at in result}
+        for session_id, _ in flags - self._flags_seen:
+            self._on_interrupt(session_id)
+        self._flags_seen = flags
+
+
+class PgListener:
+    """The one connection that LISTENs for stream and interrupt notifications, reconnecting.
+
+    Notifications carry their sender's `origin`; the store's own are ignored, since it already
+    woke its waiters and listeners itself.
+    """
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        origin: str,
+        on_stream: Callable[[str], None],
+        on_interrupt: Callable[[str], None],
+        on_reconnect: Callable[[], None],
+        on_lost: Callable[[], None],
+    ) -> None:
+        self._engine = engine
+        self._origin = origin
+        self._on_stream = on_stream
+        self._on_interrupt = on_interrupt
+        self._on_reconnect = on_reconnect
+        self._on_lost = on_lost
+        self._connection: AsyncConnection | None = None
+        self._lost = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.connected = False
+        """Whether notifications are being heard right now."""
+
+    async def start(self) -> None:
+        """Listen (raising if the database cannot be reached), then keep listening."""
+        await self._listen()
+        self._task = asyncio.create_task(self._supervise(), name="sql-store-listener")
+
+    async def close(self) -> None:
+        """Stop listening, close the connection and dispose of its engine."""
+        await cancel_quietly(self._task)
+        await self._disconnect()
+        await self._engine.dispose()
+
+    async def _listen(self) -> None:
+        self._lost = asyncio.Event()
+        connection = await self._engine.connect()
+        try:
+            raw = (await connection.get_raw_connection()).driver_connection
+            assert raw is not None
+            raw.add_termination_listener(self._terminated)
+            await raw.add_listener(STREAM_CHANNEL, self._notified)
+            await raw.add_listener(INTERRUPT_CHANNEL, self._notified)
+        except BaseException:
+            with contextlib.suppress(*DRIVER_ERRORS):
+                await connection.invalidate()
+            raise
+        self._connection = connection
+        self.connected = True
+
+    async def _disconnect(self) -> None:
+        self.connected = False
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            with contextlib.suppress(*DRIVER_ERRORS):
+                await connection.invalidate()
+
+    async def _supervise(self) -> None:
+        delay = 0.05
+        while True:
+            await self._lost.wait()
+            await self._disconnect()
+            self._on_lost()
+            try:
+                await self._listen()
+            except DRIVER_ERRORS as exc:
+                logger.warning("LISTEN connection lost, retrying in %.2fs: %s", delay, exc)
+                self._lost.set()
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            delay = 0.05
+            self._on_reconnect()
+
+    def _terminated(self, _connection: Any) -> None:
+        self.connected = False
+        self._lost.set()
+
+    def _notified(self, _connection: Any, _pid: int, channel: str, payload: str) -> None:
+        origin, _, target = payload.partition(" ")
+        if origin == self._origin:
+            return
+        if channel == STREAM_CHANNEL:
+            self._on_stream(target)
+        else:
+            self._on_interrupt(target)

@@ -1,0 +1,365 @@
+"""`SqlStore`: the `StateStore` contract over SQLite (embedded) or PostgreSQL (replicas).
+
+Writes go through a group committer (one writer task, many batches per transaction); reads,
+leases and flags are single statements. Wake-ups reach other processes through LISTEN/NOTIFY on
+PostgreSQL and a data_version poller on SQLite (see `notify`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any, cast
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.errors import SessionNotFoundError, StreamNotFoundError
+from app.protocol import Chunk, Message, SessionStatus, SubSessionRef
+from app.store.base import (
+    InterruptFlag,
+    Listener,
+    SessionRecord,
+    StateStore,
+    StreamState,
+    WriteBatch,
+    now_ms,
+)
+from app.store.sql.engines import (
+    DRIVER_ERRORS,
+    create_engine,
+    ensure_sqlite_folder,
+    parse_url,
+    translate_errors,
+)
+from app.store.sql.group_commit import GroupCommitter
+from app.store.sql.migrate import upgrade
+from app.store.sql.notify import PgListener, Poller, Progress, StreamWaiters
+from app.store.sql.queries import INTERRUPT_CHANNEL, Queries
+from app.store.sql.rows import chunk_from_body, message_from_body, ref_from_row, session_record
+from app.store.sql.writes import BatchWriter
+
+logger = logging.getLogger(__name__)
+
+SQLITE_POLL_INTERVAL = 0.025
+"""Seconds between SQLite polls while someone waits or listens."""
+
+PG_FALLBACK_POLL_INTERVAL = 0.05
+"""Seconds between PostgreSQL polls while the LISTEN connection is down."""
+
+
+class SqlStore(StateStore):
+    """The store on a SQL database named by a `sqlite+aiosqlite://` or `postgresql+asyncpg://` URL.
+
+    Opening it (`async with`) creates the SQLite file's folder if needed and migrates the
+    database to the current schema.
+    """
+
+    def __init__(self, database_url: str, *, pool_size: int = 5) -> None:
+        super().__init__()
+        self._url, self.backend = parse_url(database_url)
+        self._pool_size = pool_size
+        self._origin = uuid.uuid4().hex[:12]
+        self._queries = Queries(self.backend)
+        self._writer = BatchWriter(self._queries, origin=self._origin)
+        self._committer = GroupCommitter(self._apply)
+        self._waiters = StreamWaiters()
+        self._write_engine: AsyncEngine | None = None
+        self._read_engine: AsyncEngine | None = None
+        self._listener: PgListener | None = None
+        self._poller: Poller | None = None
+        self._background: set[asyncio.Task[None]] = set()
+
+    @property
+    def commit_groups(self) -> int:
+        """Transactions the group committer has committed (for benchmarks and tests)."""
+        return self._committer.groups
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def _open(self) -> None:
+        pg = self.backend == "postgresql"
+        if not pg:
+            ensure_sqlite_folder(self._url)
+        write = create_engine(self._url, self.backend, writer=True, pool_size=self._pool_size)
+        self._write_engine = write
+        try:
+            with translate_errors("migrate the database"):
+                await upgrade(write, self.backend)
+            if pg:
+                self._read_engine = write.execution_options(isolation_level="AUTOCOMMIT")
+            else:
+                self._read_engine = create_engine(
+                    self._url, self.backend, writer=False, pool_size=self._pool_size
+                )
+            self._poller = Poller(
+                self._read_engine,
+                self._queries,
+                self._waiters,
+                self._notify_interrupt,
+                self._poll_wanted,
+                interval=PG_FALLBACK_POLL_INTERVAL if pg else SQLITE_POLL_INTERVAL,
+            )
+            if pg:
+                self._listener = PgListener(
+                    create_engine(self._url, self.backend, listener=True),
+                    origin=self._origin,
+                    on_stream=lambda stream_id: self._waiters.wake([stream_id]),
+                    on_interrupt=self._notify_interrupt,
+                    on_reconnect=self._on_reconnect,
+                    on_lost=self._ensure_polling,
+                )
+                with translate_errors("listen for notifications"):
+                    await self._listener.start()
+            self._committer.start()
+        except BaseException:
+            await self._dispose()
+            raise
+
+    async def _close(self) -> None:
+        await self._committer.close()
+        self._waiters.wake_all()
+        await self._dispose()
+
+    async def _dispose(self) -> None:
+        if self._poller is not None:
+            await self._poller.close()
+        if self._listener is not None:
+            await self._listener.close()
+        for engine in (self._read_engine, self._write_engine):
+            if engine is not None:
+                await engine.dispose()
+
+    @property
+    def _engine(self) -> AsyncEngine:
+        assert self._write_engine is not None
+        return self._write_engine
+
+    @property
+    def _reader(self) -> AsyncEngine:
+        assert self._read_engine is not None
+        return self._read_engine
+
+    # -- writes --------------------------------------------------------------------------------
+
+    async def commit(self, batch: WriteBatch) -> None:
+        """Apply `batch` atomically, grouped with concurrent commits into one transaction."""
+        self._check_open()
+        if batch.is_empty():
+            return
+        await self._committer.submit(batch)
+
+    async def _apply(self, batches: Sequence[WriteBatch]) -> None:
+        with translate_errors("commit"):
+            async with self._engine.begin() as conn:
+                touched = await self._writer.apply(conn, batches, now=now_ms())
+        self._waiters.wake(touched)
+
+    # -- sessions ------------------------------------------------------------------------------
+
+    async def get_session(self, session_id: str) -> SessionRecord:
+        """The session, or `SessionNotFoundError`."""
+        self._check_open()
+        with translate_errors("read a session"):
+            async with self._reader.connect() as conn:
+                result = await conn.execute(self._queries.get_session, {"session_id": session_id})
+                row = result.mappings().first()
+        if row is None:
+            raise SessionNotFoundError(f"Session {session_id!r} not found")
+        return session_record(row)
+
+    async def find_session_by_idempotency_key(self, key: str) -> SessionRecord | None:
+        """The session created with this idempotency key, if any."""
+        self._check_open()
+        with translate_errors("read a session"):
+            async with self._reader.connect() as conn:
+                result = await conn.execute(self._queries.session_by_key, {"key": key})
+                row = result.mappings().first()
+        return None if row is None else session_record(row)
+
+    async def load_messages(self, session_id: str) -> list[Message]:
+        """The session's conversation, oldest first."""
+        self._check_open()
+        with translate_errors("read messages"):
+            async with self._reader.connect() as conn:
+                bodies = await conn.scalars(self._queries.load_messages, {"session_id": session_id})
+                return [message_from_body(body) for body in bodies]
+
+    async def get_sub_session_refs(self, parent_session_id: str) -> list[SubSessionRef]:
+        """The parent's refs, in the order they were first added."""
+        self._check_open()
+        with translate_errors("read sub-session refs"):
+            async with self._reader.connect() as conn:
+                result = await conn.execute(
+                    self._queries.get_refs, {"parent_session_id": parent_session_id}
+                )
+                return [ref_from_row(row) for row in result]
+
+    # -- leases --------------------------------------------------------------------------------
+
+    async def claim_session(self, session_id: str, owner_id: str, lease_ms: int) -> bool:
+        """Take the lease if free, expired or already ours."""
+        self._check_open()
+        now = now_ms()
+        params = {
+            "b_session_id": session_id,
+            "b_owner_id": owner_id,
+            "now": now,
+            "expires": now + lease_ms,
+        }
+        with translate_errors("claim a session"):
+            async with self._engine.begin() as conn:
+                claimed = (await conn.execute(self._queries.claim, params)).rowcount == 1
+        if not claimed:
+            await self.get_session(session_id)
+        return claimed
+
+    async def renew_leases(
+        self, owner_id: str, session_ids: Sequence[str], lease_ms: int
+    ) -> set[str]:
+        """Extend the leases we hold; returns those ids."""
+        self._check_open()
+        if not session_ids:
+            return set()
+        params = {"ids": list(session_ids), "b_owner_id": owner_id, "expires": now_ms() + lease_ms}
+        with translate_errors("renew leases"):
+            async with self._engine.begin() as conn:
+                return set((await conn.scalars(self._queries.renew, params)).all())
+
+    async def release_session(self, session_id: str, owner_id: str) -> None:
+        """Give up our lease on the session."""
+        self._check_open()
+        params = {"b_session_id": session_id, "b_owner_id": owner_id}
+        with translate_errors("release a session"):
+            async with self._engine.begin() as conn:
+                await conn.execute(self._queries.release, params)
+
+    async def list_orphaned_sessions(self, *, owner_id: str | None = None) -> list[SessionRecord]:
+        """Running roots with no live owner (or owned by `owner_id`)."""
+        self._check_open()
+        params = {"now": now_ms(), "b_owner_id": owner_id}
+        with translate_errors("list orphaned sessions"):
+            async with self._reader.connect() as conn:
+                result = await conn.execute(self._queries.orphaned, params)
+                return [session_record(row) for row in result.mappings()]
+
+    # -- interrupts ----------------------------------------------------------------------------
+
+    async def set_interrupt_flag(self, session_id: str, reason: str | None = None) -> None:
+        """Raise the durable flag and tell every process's listeners."""
+        self._check_open()
+        requested_at = now_ms()
+        row = {"session_id": session_id, "reason": reason, "requested_at": requested_at}
+        with translate_errors("raise an interrupt flag"):
+            async with self._engine.begin() as conn:
+                await conn.execute(self._queries.set_flag, row)
+                if self.backend == "postgresql":
+                    await conn.execute(
+                        self._queries.notify,
+                        {"channel": INTERRUPT_CHANNEL, "origin": self._origin, "ids": [session_id]},
+                    )
+        if self._poller is not None:
+            self._poller.flag_seen(session_id, requested_at)
+        self._notify_interrupt(session_id)
+
+    async def check_interrupt_flag(self, session_id: str) -> InterruptFlag | None:
+        """Atomically read and clear the flag (DELETE ... RETURNING)."""
+        self._check_open()
+        with translate_errors("check an interrupt flag"):
+            async with self._engine.begin() as conn:
+                result = await conn.execute(self._queries.take_flag, {"session_id": session_id})
+                row = result.first()
+        return None if row is None else InterruptFlag(session_id, row[0], row[1])
+
+    def add_interrupt_listener(self, listener: Listener) -> Callable[[], None]:
+        """Call `listener(session_id)` soon after any process raises a flag; returns a remover."""
+        remove = super().add_interrupt_listener(listener)
+        self._ensure_polling()
+        return remove
+
+    # -- streams -------------------------------------------------------------------------------
+
+    async def read_chunks(
+        self, stream_id: str, *, after: int = 0, limit: int = 1000
+    ) -> list[Chunk]:
+        """Chunks with sequence > `after`, in order, at most `limit`."""
+        self._check_open()
+        params = {"stream_id": stream_id, "after": after, "limit": limit}
+        with translate_errors("read chunks"):
+            async with self._reader.connect() as conn:
+                bodies = await conn.scalars(self._queries.read_chunks, params)
+                return [chunk_from_body(body) for body in bodies]
+
+    async def get_stream(self, stream_id: str) -> StreamState:
+        """The stream's last sequence and status, or `StreamNotFoundError`."""
+        self._check_open()
+        progress = await self._progress(stream_id)
+        if progress is None:
+            raise StreamNotFoundError(f"Stream {stream_id!r} not found")
+        return StreamState(stream_id, progress[0], progress[1])
+
+    async def _progress(self, stream_id: str) -> Progress | None:
+        with translate_errors("read a stream"):
+            async with self._reader.connect() as conn:
+                result = await conn.execute(self._queries.get_stream, {"stream_id": stream_id})
+                row = result.first()
+        return None if row is None else (row[0], cast(SessionStatus, row[1]))
+
+    async def wait_for_stream(self, stream_id: str, *, after: int, timeout: float) -> None:
+        """Return once the stream may have moved past `after` or changed status, or on timeout."""
+        self._check_open()
+        changed = self._waiters.register(stream_id)
+        try:
+            progress = await self._progress(stream_id)
+            if progress is not None and progress[0] > after:
+                return
+            if not self._waiters.note(stream_id, progress):
+                return
+            self._ensure_polling()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await changed.wait()
+        finally:
+            self._waiters.release(stream_id)
+
+    async def delete_finished_streams(self, *, older_than_ms: int) -> int:
+        """Delete the chunks of streams stopped before `now - older_than_ms`."""
+        self._check_open()
+        with translate_errors("delete finished streams"):
+            async with self._engine.begin() as conn:
+                result = await conn.execute(
+                    self._queries.delete_finished, {"cutoff": now_ms() - older_than_ms}
+                )
+                return max(result.rowcount, 0)
+
+    # -- wake-ups ------------------------------------------------------------------------------
+
+    def _poll_wanted(self) -> bool:
+        if not self.is_open:
+            return False
+        if self._listener is not None and self._listener.connected:
+            return False
+        return bool(self._waiters) or bool(self._interrupt_listeners)
+
+    def _ensure_polling(self) -> None:
+        if self._poller is not None and self._poll_wanted():
+            self._poller.ensure_running()
+
+    def _on_reconnect(self) -> None:
+        self._waiters.wake_all()
+        if self._interrupt_listeners:
+            task = asyncio.get_running_loop().create_task(self._announce_flags())
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _announce_flags(self) -> None:
+        try:
+            async with self._reader.connect() as conn:
+                flags: list[Any] = list(await conn.execute(self._queries.all_flags))
+        except DRIVER_ERRORS as exc:
+            logger.warning("Could not read the interrupt flags raised while deaf: %s", exc)
+            return
+        for session_id, _ in flags:
+            self._notify_interrupt(session_id)
