@@ -299,8 +299,13 @@ BENCH_TEXT = "The sum of two and three is five, let me check it with the tool."
 BENCH_CALL = FakeToolCall("call_bench_1", "add", '{"a": 2, "b": 3}')
 
 
-async def _serve_forever(port: int) -> None:
-    reply = StreamReply(completion_chunks(BENCH_TEXT, [BENCH_CALL]))
+def bench_text(words: int) -> str:
+    """The bench's reply text: the short default, or `words` words."""
+    return BENCH_TEXT if words <= 0 else "word " * words
+
+
+async def _serve_forever(port: int, words: int) -> None:
+    reply = StreamReply(completion_chunks(bench_text(words), [BENCH_CALL]))
     server = FakeOpenAI(default=reply)
     server.port = port
     async with server:
@@ -312,9 +317,10 @@ def main() -> None:
     """Serve the bench's reply (a short text and one tool call) until terminated."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--words", type=int, default=0, help="a longer reply text, in words")
     args = parser.parse_args()
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve_forever(args.port))
+        asyncio.run(_serve_forever(args.port, args.words))
 
 
 if __name__ == "__main__":
