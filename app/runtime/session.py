@@ -213,7 +213,7 @@ class SessionRun:
             session_id=self.session_id,
             agent_type=self.agent.name,
             system_prompt=self.agent.system_prompt,
-            messages=self.messages,
+            messages=tuple(self.messages),
             tools=self.agent.tool_specs,
             step=self.step,
         )

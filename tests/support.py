@@ -1,0 +1,90 @@
+"""Test helpers: readable chunk snapshots and the stream invariants every run must keep."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, assert_never
+
+from app.protocol import (
+    BaseChunk,
+    Chunk,
+    ErrorChunk,
+    InterruptedChunk,
+    OutputChunk,
+    SubagentEndChunk,
+    SubagentStartChunk,
+    TextDeltaChunk,
+    ToolEndChunk,
+    ToolPendingChunk,
+    ToolStartChunk,
+)
+
+
+def _short(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def describe(chunk: Chunk) -> str:
+    """One chunk as `sequence agent type detail`, without its timestamp."""
+    if isinstance(chunk, TextDeltaChunk):
+        detail = repr(chunk.delta)
+    elif isinstance(chunk, ToolStartChunk):
+        detail = f"{chunk.tool_name}#{chunk.tool_call_id} {_short(chunk.arguments)}"
+    elif isinstance(chunk, ToolEndChunk):
+        outcome = f"error={chunk.error!r}" if chunk.error else _short(chunk.result)
+        detail = f"{chunk.tool_name}#{chunk.tool_call_id} {outcome}"
+    elif isinstance(chunk, SubagentStartChunk):
+        detail = f"{chunk.sub_agent_type} {chunk.sub_session_id}"
+    elif isinstance(chunk, SubagentEndChunk):
+        detail = f"{chunk.sub_agent_type} {chunk.sub_session_id} {_short(chunk.result)}"
+    elif isinstance(chunk, OutputChunk):
+        detail = _short(chunk.output)
+    elif isinstance(chunk, ErrorChunk):
+        detail = repr(chunk.error)
+    elif isinstance(chunk, InterruptedChunk):
+        detail = repr(chunk.reason)
+    elif isinstance(chunk, ToolPendingChunk):
+        detail = f"{chunk.tool_name}#{chunk.tool_call_id} {chunk.reason}"
+    else:
+        assert_never(chunk)
+    return f"{chunk.sequence} {chunk.agent_id} {chunk.type} {detail}"
+
+
+def snapshot(chunks: Sequence[Chunk]) -> list[str]:
+    """The whole stream as lines, for `assert snapshot(chunks) == [...]`."""
+    return [describe(chunk) for chunk in chunks]
+
+
+def check_invariants(chunks: Sequence[BaseChunk]) -> None:
+    """Sequences are 1..n without gap, and every sub-agent call is framed in order:
+    tool_start -> subagent_start -> the child's chunks (and its descendants') -> subagent_end ->
+    tool_end, all from the right agents."""
+    assert [c.sequence for c in chunks] == list(range(1, len(chunks) + 1)), "sequence gap"
+    starts = {}
+    for index, chunk in enumerate(chunks):
+        if isinstance(chunk, ToolStartChunk):
+            starts[(chunk.agent_id, chunk.tool_call_id)] = index
+    for index, chunk in enumerate(chunks):
+        if not isinstance(chunk, SubagentStartChunk):
+            continue
+        key = (chunk.agent_id, chunk.call_id)
+        assert key in starts, f"no tool_start before {describe(chunk)}"
+        assert starts[key] < index, f"tool_start after {describe(chunk)}"
+        child = chunk.sub_session_id
+        ends = [
+            i
+            for i, c in enumerate(chunks)
+            if i > index and isinstance(c, SubagentEndChunk) and c.sub_session_id == child
+        ]
+        assert ends, f"no subagent_end for {child}"
+        end = ends[0]
+        tool_ends = [
+            i
+            for i, c in enumerate(chunks)
+            if i > end and isinstance(c, ToolEndChunk) and (c.agent_id, c.tool_call_id) == key
+        ]
+        assert tool_ends, f"no tool_end after subagent_end of {child}"
+        for i, c in enumerate(chunks):
+            if c.agent_id == child or c.agent_id.startswith(child + "-"):
+                assert index < i < end, f"{describe(c)} (#{i}) outside its sub-agent frame"  # type: ignore[arg-type]
