@@ -19,7 +19,7 @@ import logging
 import re
 import socket
 from collections import deque
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -176,11 +176,18 @@ class _Server(uvicorn.Server):
 class FakeOpenAI:
     """The fake provider: script replies, serve, then inspect what clients sent.
 
-    Use as an async context manager; `base_url` is valid inside it. With `default`, requests
-    beyond the script get that reply (the bench's endless server).
+    Use as an async context manager; `base_url` is valid inside it. Requests beyond the script
+    are answered by `respond(body)` when given (replies that depend on the conversation, for
+    agents whose calls interleave), else with `default` (the bench's endless server).
     """
 
-    def __init__(self, *, default: Reply | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        respond: Callable[[dict[str, Any]], Reply] | None = None,
+        default: Reply | None = None,
+    ) -> None:
+        self.respond = respond
         self.default = default
         self.replies: deque[Reply] = deque()
         self.requests: list[RecordedRequest] = []
@@ -212,7 +219,12 @@ class FakeOpenAI:
             self.requests.append(RecordedRequest(body, dict(request.headers), arrived))
             if body.get("stream") is not True:
                 return _error(ErrorReply(400, "fake server: only stream=true is scripted"))
-            reply = self.replies.popleft() if self.replies else self.default
+            if self.replies:
+                reply: Reply | None = self.replies.popleft()
+            elif self.respond is not None:
+                reply = self.respond(body)
+            else:
+                reply = self.default
             if reply is None:
                 return _error(ErrorReply(500, "fake server: no reply scripted"))
             if isinstance(reply, ErrorReply):
