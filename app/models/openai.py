@@ -115,7 +115,7 @@ class OpenAIChatModel(Model):
         try:
             # The SDK's own endpoint call, auth, errors and SSE decoding, but chunks kept as
             # parsed JSON: building its typed chunk models costs ~0.25 ms of CPU per chunk,
-            # ten times everything else a chunk costs (see bench/openai_adapter.py).
+            # three times all the rest a chunk costs (bench/openai_adapter.py --words 300).
             chunks = await self._client.post(
                 "/chat/completions",
                 body=body,
