@@ -25,7 +25,7 @@ from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
 MODEL = "gpt-fake-1"
 
@@ -52,6 +52,8 @@ class ErrorReply:
     message: str
     code: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
+    plain: bool = False
+    """Send `message` as a text/plain body, as a proxy in front of the provider would."""
 
 
 Reply = StreamReply | ErrorReply
@@ -292,7 +294,9 @@ class FakeOpenAI:
             logging.getLogger("uvicorn.error").removeFilter(self._quiet)
 
 
-def _error(reply: ErrorReply) -> JSONResponse:
+def _error(reply: ErrorReply) -> Response:
+    if reply.plain:
+        return PlainTextResponse(reply.message, reply.status, dict(reply.headers))
     return JSONResponse(
         {
             "error": {

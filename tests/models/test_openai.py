@@ -428,6 +428,31 @@ async def test_refusals_are_provider_errors(
     assert len(fake_openai.requests) == 1
 
 
+async def test_a_plain_text_error_body_is_quoted(
+    fake_openai: FakeOpenAI, model: OpenAIChatModel
+) -> None:
+    fake_openai.script(ErrorReply(502, "upstream connect error", plain=True))
+
+    with pytest.raises(TransientModelError) as caught:
+        await collect(model.stream(make_request()))
+
+    assert caught.value.message == f"{model.name} answered HTTP 502: upstream connect error"
+
+
+async def test_a_stored_tool_call_without_id_is_refused_before_any_request(
+    fake_openai: FakeOpenAI, model: OpenAIChatModel
+) -> None:
+    conversation: list[Message] = [
+        QUESTION,
+        AssistantMessage(tool_calls=(ToolCall("add", {"a": 1, "b": 2}),)),
+    ]
+
+    with pytest.raises(ModelError, match="call to tool 'add' without an id"):
+        await collect(model.stream(make_request(conversation)))
+
+    assert fake_openai.requests == []
+
+
 async def test_gives_up_after_max_attempts(fake_openai: FakeOpenAI, model: OpenAIChatModel) -> None:
     fake_openai.script(*[ErrorReply(502, "Bad gateway.")] * 3)
     retrying = RetryingModel(model, max_attempts=3, base_delay=0.01)
