@@ -10,12 +10,14 @@ from app.agents import (
     define_agent,
     define_tool,
 )
+from app.api import create_app
 from app.runtime import AgentRuntime
 
 __all__ = [
     "AgentRegistry",
     "AgentRuntime",
     "PersistentAgent",
+    "create_app",
     "create_sub_agent_tool",
     "define_agent",
     "define_tool",

@@ -59,3 +59,88 @@ class StartRequest(WireModel):
     """The session id to use; generated when absent."""
     parent_session_id: str | None = None
     """The calling session, when another agent server delegates to this one."""
+
+
+class StartResponse(WireModel):
+    """The answer to `POST /start` and `POST /resume`."""
+
+    session_id: str
+    """The session's id."""
+    stream_id: str
+    """Where to follow it: `GET /stream/{streamId}`."""
+    status: SessionStatus
+    """Its status now."""
+    agent_type: str
+    """The agent it runs."""
+
+
+class ToolResultBody(WireModel):
+    """A client tool's result."""
+
+    tool_call_id: str
+    result: Json = None
+
+
+class ApprovalBody(WireModel):
+    """A decision on a call that needs approval."""
+
+    tool_call_id: str
+    approved: bool
+
+
+class ResumeRequest(WireModel):
+    """`POST /resume/{sessionId}`."""
+
+    message: str | None = None
+    """A new user message: continues a finished session with a new turn."""
+    tool_results: list[ToolResultBody] | None = None
+    """Results of the client tools the session waits for."""
+    approvals: list[ApprovalBody] | None = None
+    """Decisions on the calls the session waits to have approved."""
+
+
+class InterruptRequest(WireModel):
+    """`POST /interrupt/{sessionId}`."""
+
+    reason: str | None = None
+    """Why; carried by the `interrupted` chunk."""
+
+
+class InterruptResponse(WireModel):
+    """The answer to `POST /interrupt/{sessionId}`."""
+
+    session_id: str
+    status: SessionStatus
+    """The session's status when the interrupt arrived."""
+    interrupt_requested: bool
+    """Whether the session was running, so the interrupt was taken; else nothing changed."""
+
+
+class AgentInfo(WireModel):
+    """A registered agent, as `GET /agents` lists it."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any] | None = None
+    """The JSON schema of the `input` its callers give it, when a sub-agent tool declares one."""
+    output_schema: dict[str, Any]
+    """The JSON schema of its output (a string for agents that answer in text)."""
+    tools: list[str] = Field(default_factory=list)
+    """The tools it may call."""
+
+
+class ErrorDetail(WireModel):
+    """What went wrong."""
+
+    code: str
+    """A stable machine-readable code."""
+    message: str
+    """A human-readable explanation."""
+    details: list[dict[str, Any]] | None = None
+    """Per-field problems, for invalid bodies."""
+
+
+class ErrorBody(WireModel):
+    """Every 4xx and 5xx answer."""
+
+    error: ErrorDetail

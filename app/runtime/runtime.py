@@ -364,10 +364,13 @@ class AgentRuntime:
         await self.store.set_interrupt_flag(session_id, reason)
         return record.status
 
-    def follow(self, stream_id: str, *, from_sequence: int = 0) -> StreamFollower:
-        """Follow a stream from the store after `from_sequence` until its run stops."""
+    def follow(
+        self, stream_id: str, *, from_sequence: int = 0, poll: float = 1.0
+    ) -> StreamFollower:
+        """Follow a stream from the store after `from_sequence` until its run stops; `poll` is
+        the longest wait for a wake-up before the store is read again."""
         self._check_open()
-        return StreamFollower(self.store, stream_id, after=from_sequence)
+        return StreamFollower(self.store, stream_id, after=from_sequence, poll=poll)
 
     def _heard_interrupt(self, session_id: str) -> None:
         if session_id in self.active:

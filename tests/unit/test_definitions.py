@@ -28,6 +28,7 @@ def test_public_api_is_pinned() -> None:
         "AgentRegistry",
         "AgentRuntime",
         "PersistentAgent",
+        "create_app",
         "create_sub_agent_tool",
         "define_agent",
         "define_tool",

@@ -1,0 +1,106 @@
+"""`create_app`: the FastAPI application over an `AgentRuntime` and its store."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import logging
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI
+
+from app.agents import AgentRegistry
+from app.api.errors import install_error_handlers
+from app.api.middleware import ApiKeyMiddleware, BodyLimitMiddleware
+from app.api.openapi import install_openapi
+from app.api.routes import agents, health, sessions, stream
+from app.errors import DefinitionError
+from app.runtime import AgentRuntime
+from app.settings import Settings
+from app.store import StateStore, create_store
+
+logger = logging.getLogger(__name__)
+
+DESCRIPTION = """\
+Hosts LLM agents and runs them durably. Start a run with `POST /start`, follow it with
+`GET /stream/{streamId}` (Server-Sent Events, resumable with `Last-Event-ID`), read it with
+`GET /status/{sessionId}`, stop its whole tree with `POST /interrupt/{sessionId}` and continue it
+with `POST /resume/{sessionId}`. Every error answers `{"error": {"code", "message"}}`.
+"""
+
+
+def load_registry(spec: str) -> AgentRegistry:
+    """The `AgentRegistry` that `package.module:attribute` names."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise DefinitionError(f"AGENT_MODULE must look like package.module:attribute, got {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise DefinitionError(
+            f"AGENT_MODULE {spec!r}: cannot import {module_name!r}: {exc}"
+        ) from exc
+    registry = getattr(module, attribute, None)
+    if not isinstance(registry, AgentRegistry):
+        raise DefinitionError(f"AGENT_MODULE {spec!r} does not name an AgentRegistry")
+    return registry
+
+
+def create_app(registry: AgentRegistry, *, settings: Settings | None = None) -> FastAPI:
+    """The HTTP API over `registry`: opens (and migrates) the store named by the settings when it
+    starts, takes over sessions whose server is gone, and closes everything when it stops."""
+    settings = settings or Settings()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        store = create_store(settings.database_url)
+        runtime = AgentRuntime(
+            registry,
+            store=store,
+            owner_id=settings.server_id,
+            lease_ms=int(settings.lease_seconds * 1000),
+            takeover_interval=settings.takeover_interval,
+            flush_delay=settings.flush_delay,
+        )
+        async with store, runtime:
+            app.state.runtime = runtime
+            cleanup = asyncio.get_running_loop().create_task(_clean_up_streams(store, settings))
+            try:
+                yield
+            finally:
+                cleanup.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await cleanup
+                app.state.runtime = None
+
+    app = FastAPI(
+        title="Agent server",
+        version="0.1.0",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.runtime = None
+    install_error_handlers(app)
+    for module in (sessions, stream, agents, health):
+        app.include_router(module.router)
+    install_openapi(app)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    if settings.api_key is not None:
+        app.add_middleware(ApiKeyMiddleware, api_key=settings.api_key.get_secret_value())
+    return app
+
+
+async def _clean_up_streams(store: StateStore, settings: Settings) -> None:
+    """Delete finished streams' chunks once they are older than the retention, periodically."""
+    while True:
+        try:
+            deleted = await store.delete_finished_streams(
+                older_than_ms=int(settings.chunk_retention_hours * 3_600_000)
+            )
+            if deleted:
+                logger.info("Deleted %d chunks of finished streams past retention", deleted)
+        except Exception:
+            logger.exception("Cleaning up finished streams failed")
+        await asyncio.sleep(settings.retention_interval)

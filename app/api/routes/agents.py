@@ -1,0 +1,46 @@
+"""`GET /agents`: what this server can run, with the schemas of what goes in and out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+
+from app.agents import AgentConfig, AgentRegistry, SubAgentTool
+from app.api.deps import Runtime
+from app.protocol.api import AgentInfo
+
+router = APIRouter(tags=["agents"])
+
+
+def describe_agents(registry: AgentRegistry) -> list[AgentInfo]:
+    """Every registered agent with its input schema (from a sub-agent tool that wraps it, if
+    any) and its output schema."""
+    inputs: dict[str, dict[str, Any]] = {}
+    for agent in registry:
+        for tool in agent.tools:
+            if isinstance(tool, SubAgentTool):
+                inputs.setdefault(tool.agent.name, tool.spec.parameters)
+    return [_describe(agent, inputs.get(agent.name)) for agent in registry]
+
+
+def _describe(agent: AgentConfig, input_schema: dict[str, Any] | None) -> AgentInfo:
+    output: dict[str, Any] = (
+        agent.output_schema.model_json_schema() if agent.output_schema else {"type": "string"}
+    )
+    return AgentInfo(
+        name=agent.name,
+        description=agent.description,
+        input_schema=input_schema,
+        output_schema=output,
+        tools=[tool.name for tool in agent.tools],
+    )
+
+
+@router.get("/agents", response_model=list[AgentInfo], summary="The registered agents")
+async def agents(runtime: Runtime) -> JSONResponse:
+    """The agents this server runs, with their input and output JSON schemas and tools."""
+    return JSONResponse(
+        [info.model_dump(by_alias=True) for info in describe_agents(runtime.registry)]
+    )

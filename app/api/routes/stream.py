@@ -1,0 +1,79 @@
+"""`GET /stream/{streamId}`: a run's chunks as Server-Sent Events, resumable by sequence."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Path, Query
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from app.api.deps import AppSettings, Runtime
+from app.errors import InvalidRequestError
+from app.ids import SESSION_ID_PATTERN
+from app.protocol import chunk_to_json
+from app.protocol.api import ErrorBody
+from app.runtime import StreamFollower
+
+router = APIRouter(tags=["stream"])
+
+RECONNECT_MS = 1000
+"""The `retry:` a browser's EventSource waits before it reconnects by itself."""
+
+STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": (
+            "One SSE message per chunk: `id:` is its sequence and `data:` the chunk's JSON (see "
+            "the `Chunk` schema). When the run stops, a last message `event: end` with data "
+            '`{"status": ...}`, then the response closes. Idle streams get comment heartbeats.'
+        ),
+        "content": {"text/event-stream": {"schema": {"$ref": "#/components/schemas/Chunk"}}},
+    },
+    404: {"model": ErrorBody, "description": "Unknown stream."},
+    422: {"model": ErrorBody, "description": "Invalid id, sequence or Last-Event-ID."},
+}
+
+
+@router.get(
+    "/stream/{stream_id}",
+    response_class=EventSourceResponse,
+    responses=STREAM_RESPONSES,
+    summary="Follow a run's stream",
+)
+async def stream(
+    runtime: Runtime,
+    settings: AppSettings,
+    stream_id: Annotated[str, Path(pattern=SESSION_ID_PATTERN)],
+    from_sequence: Annotated[
+        int, Query(alias="fromSequence", ge=0, description="Send the chunks after this one.")
+    ] = 0,
+    last_event_id: Annotated[
+        str | None,
+        Header(alias="Last-Event-ID", description="Same as fromSequence; wins over it."),
+    ] = None,
+) -> EventSourceResponse:
+    """Replay the stored chunks after the given sequence, then follow the live tail until the run
+    stops. A client that disconnects never affects the run; it reconnects with `Last-Event-ID`."""
+    after = from_sequence
+    if last_event_id is not None and last_event_id.strip():
+        if not last_event_id.strip().isdigit():
+            raise InvalidRequestError("Last-Event-ID must be a chunk sequence number")
+        after = int(last_event_id)
+    await runtime.store.get_stream(stream_id)
+    follower = runtime.follow(stream_id, from_sequence=after, poll=settings.stream_poll)
+    return EventSourceResponse(
+        _events(follower),
+        ping=settings.stream_heartbeat,
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+async def _events(follower: StreamFollower) -> AsyncIterator[ServerSentEvent]:
+    retry: int | None = RECONNECT_MS
+    async for chunk in follower:
+        yield ServerSentEvent(
+            data=chunk_to_json(chunk).decode(), id=str(chunk.sequence), retry=retry
+        )
+        retry = None
+    yield ServerSentEvent(data=json.dumps({"status": follower.status}), event="end")
