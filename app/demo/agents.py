@@ -1,0 +1,153 @@
+"""The demo's agent tree, wired to a real model when one is configured, else to the brains.
+
+text-analyst              coordinator: delegates in parallel, writes a short text report
+├── text-stats            count_text (async) + readability (sync)  -> TextStats
+├── sentiment             score_sentiment                          -> SentimentScore
+└── topics                keywords sub-agent, then key_sentences   -> Topics
+    └── keywords          extract_keywords                         -> Keywords
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+
+from pydantic import BaseModel
+
+from app.agents import (
+    AgentConfig,
+    AgentRegistry,
+    SubAgentTool,
+    Tool,
+    create_sub_agent_tool,
+    define_agent,
+)
+from app.demo import tools
+from app.demo.brains import BRAINS
+from app.demo.names import COORDINATOR, KEYWORDS, SENTIMENT, TEXT_STATS, TOPICS
+from app.demo.prompts import PROMPTS
+from app.demo.schemas import Keywords, SentimentScore, TextInput, TextStats, Topics
+from app.errors import DefinitionError
+from app.models import FunctionModel, Model
+from app.models.openai import openai_model_from_env
+
+ModelFactory = Callable[[str], Model]
+"""Given a demo agent's name, the model that agent should use."""
+
+DEFAULT_LATENCY = 0.4
+"""Seconds each brain response takes, so a person watching the stream sees the tree unfold."""
+
+SPECIALIST_MAX_STEPS = 6
+"""Room for a real model to fix a bad call or two; the brains need 2 or 3 steps."""
+
+COORDINATOR_MAX_STEPS = 6
+"""Delegate, report, and room for a real model that delegates one call at a time."""
+
+CHILD_TIMEOUT = 300.0
+"""Seconds a child run may take, so a stuck real model cannot hold the coordinator forever."""
+
+
+def build_registry(
+    model_factory: ModelFactory | None = None, *, latency: float = DEFAULT_LATENCY
+) -> AgentRegistry:
+    """A registry of the demo agents. Each uses `model_factory(agent_name)` when given, else its
+    deterministic brain as a `FunctionModel` spending `latency` seconds per response."""
+
+    def model_for(name: str) -> Model:
+        if model_factory is not None:
+            return model_factory(name)
+        return FunctionModel(BRAINS[name], latency=latency)
+
+    def agent(
+        name: str,
+        description: str,
+        agent_tools: Sequence[Tool | SubAgentTool],
+        *,
+        output_schema: type[BaseModel] | None = None,
+        max_steps: int = SPECIALIST_MAX_STEPS,
+    ) -> AgentConfig:
+        return define_agent(
+            name,
+            description=description,
+            system_prompt=PROMPTS[name],
+            tools=agent_tools,
+            output_schema=output_schema,
+            model=model_for(name),
+            max_steps=max_steps,
+        )
+
+    keywords = agent(
+        KEYWORDS,
+        "Finds a text's most frequent content words, stop words left out.",
+        [tools.extract_keywords],
+        output_schema=Keywords,
+    )
+    topics = agent(
+        TOPICS,
+        "Finds what a text is about: asks the keywords agent for its keywords, then picks the "
+        "sentence that covers them best as a summary.",
+        [
+            create_sub_agent_tool(
+                keywords,
+                TextInput,
+                description="Ask the keywords agent for the text's most frequent content words.",
+                timeout=CHILD_TIMEOUT,
+            ),
+            tools.key_sentences,
+        ],
+        output_schema=Topics,
+    )
+    text_stats = agent(
+        TEXT_STATS,
+        "Measures a text: words, sentences, characters, syllables and readability "
+        "(Flesch reading ease and grade).",
+        [tools.count_text, tools.readability],
+        output_schema=TextStats,
+    )
+    sentiment = agent(
+        SENTIMENT,
+        "Judges a text's tone with a built-in, negation-aware word lexicon.",
+        [tools.score_sentiment],
+        output_schema=SentimentScore,
+    )
+    coordinator = agent(
+        COORDINATOR,
+        "Analyses a text you send: delegates to the text-stats, sentiment and topics "
+        "specialists in parallel and answers with a short report.",
+        [
+            create_sub_agent_tool(
+                child,
+                TextInput,
+                description=f"{child.description} Pass the text to analyse verbatim.",
+                timeout=CHILD_TIMEOUT,
+            )
+            for child in (text_stats, sentiment, topics)
+        ],
+        max_steps=COORDINATOR_MAX_STEPS,
+    )
+    return AgentRegistry([coordinator])
+
+
+def latency_from_env(environ: Mapping[str, str]) -> float:
+    """`DEMO_LATENCY` in seconds (a number >= 0), else `DEFAULT_LATENCY`."""
+    raw = environ.get("DEMO_LATENCY", "").strip()
+    if not raw:
+        return DEFAULT_LATENCY
+    try:
+        latency = float(raw)
+    except ValueError:
+        raise DefinitionError(f"DEMO_LATENCY must be a number of seconds, got {raw!r}") from None
+    if not (math.isfinite(latency) and latency >= 0):
+        raise DefinitionError(f"DEMO_LATENCY must be a finite number >= 0, got {raw!r}")
+    return latency
+
+
+def registry_from_env(environ: Mapping[str, str]) -> AgentRegistry:
+    """The demo as the environment configures it: every agent on the real model that
+    `MODEL_BASE_URL`, `MODEL_API_KEY` and `MODEL_NAME` name, else on the brains with
+    `DEMO_LATENCY`."""
+    model = openai_model_from_env(environ)
+    if model is None:
+        return build_registry(latency=latency_from_env(environ))
+    # One model (one connection pool) serves every agent.
+    return build_registry(lambda _name: model)
