@@ -59,8 +59,19 @@ class Usage:
     output_tokens: int = 0
 
 
-ModelEvent = TextDelta | ToolCallReady | Usage
-"""What a model's stream yields: text deltas, then tool calls, then usage."""
+@dataclass(frozen=True, slots=True)
+class RetryStarted:
+    """The call failed part-way and starts again: forget what it streamed so far."""
+
+    attempt: int
+    """The attempt that starts now (2 for the first retry)."""
+    error: str
+    """Why the previous attempt failed."""
+
+
+ModelEvent = TextDelta | ToolCallReady | Usage | RetryStarted
+"""What a model's stream yields: text deltas, then tool calls, then usage; `RetryStarted`
+when a call is restarted after it had already streamed something."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +81,14 @@ class ModelResponse:
     text: str = ""
     tool_calls: Sequence[ToolCall] = field(default_factory=tuple)
     usage: Usage | None = None
+
+
+async def close_stream(events: AsyncIterator[ModelEvent] | None) -> None:
+    """Finish an abandoned event stream now (an async generator's `finally`, closing its HTTP
+    response), not whenever the garbage collector gets to it."""
+    aclose = getattr(events, "aclose", None)
+    if aclose is not None:
+        await aclose()
 
 
 class Model(abc.ABC):

@@ -13,7 +13,7 @@ import random
 from collections.abc import AsyncIterator
 
 from app.errors import DefinitionError, TransientModelError
-from app.models.base import Model, ModelEvent, ModelRequest
+from app.models.base import Model, ModelEvent, ModelRequest, RetryStarted, close_stream
 
 __all__ = ["RetryingModel"]
 
@@ -28,9 +28,9 @@ class RetryingModel(Model):
     honoured instead, up to `max_retry_after`. After `max_attempts` the call fails with a
     `TransientModelError` naming the attempts and the last error.
 
-    Events yielded before a mid-stream failure stay yielded: a retried call's text deltas may
-    appear twice in the live stream. The runtime only commits the whole response of a call that
-    finished, so the stored conversation holds the retried call's response once.
+    When an attempt fails after it yielded events, `RetryStarted` is yielded before the next
+    attempt, so the consumer drops what it had (the runtime commits only the last attempt's
+    response; deltas already in the live stream stay there).
     """
 
     def __init__(
@@ -74,11 +74,13 @@ class RetryingModel(Model):
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         """Stream the wrapped model's answer, starting it again after a transient failure."""
+        streamed = False
         for attempt in range(1, self.max_attempts + 1):
             events: AsyncIterator[ModelEvent] | None = None
             try:
                 events = self.model.stream(request)
                 async for event in events:
+                    streamed = True
                     yield event
                 return
             except TransientModelError as exc:
@@ -89,6 +91,7 @@ class RetryingModel(Model):
                         retry_after=exc.retry_after,
                     ) from exc
                 wait = self.delay(attempt, exc.retry_after)
+                failure = exc.message
                 logger.warning(
                     "%s failed (attempt %d of %d), retrying in %.2fs: %s",
                     self.name,
@@ -98,17 +101,13 @@ class RetryingModel(Model):
                     exc.message,
                 )
             finally:
-                await _close(events)
+                await close_stream(events)
             await asyncio.sleep(wait)
+            if streamed:
+                streamed = False
+                yield RetryStarted(attempt + 1, failure)
         raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _attempts(count: int) -> str:
     return f"{count} attempt" if count == 1 else f"{count} attempts"
-
-
-async def _close(events: AsyncIterator[ModelEvent] | None) -> None:
-    """Finish an abandoned event stream now (an async generator's `finally`), not at GC time."""
-    aclose = getattr(events, "aclose", None)
-    if aclose is not None:
-        await aclose()

@@ -79,6 +79,19 @@ class StreamWriter:
                 self.flush_delay, self._flush_soon
             )
 
+    def retract_text(self, agent_id: str, step: int) -> None:
+        """Drop the agent's queued text deltas of `step` (a model call starting again). Queued
+        chunks have no sequence yet and no reader has seen them, so nothing leaves a gap."""
+        self._queue = [
+            item
+            for item in self._queue
+            if not (
+                item.chunk_type is TextDeltaChunk
+                and item.agent_id == agent_id
+                and item.step == step
+            )
+        ]
+
     def _take(self) -> list[Chunk]:
         sequence = self._last
         chunks = []

@@ -20,7 +20,8 @@ from pydantic import BaseModel, JsonValue
 from app.agents import FINISH_TOOL_NAME, AgentConfig, HookContext, SubAgentTool, Tool, ToolContext
 from app.errors import AgentServerError, MaxStepsExceededError, RunError, StoreError
 from app.ids import tool_call_id
-from app.models import ModelRequest, TextDelta, ToolCallReady, Usage
+from app.models import ModelRequest, RetryStarted, TextDelta, ToolCallReady, Usage
+from app.models.base import close_stream
 from app.protocol import (
     AssistantMessage,
     BaseChunk,
@@ -220,17 +221,25 @@ class SessionRun:
         text: list[str] = []
         calls: list[ToolCall] = []
         usage = None
-        async for event in model.stream(request):
-            if isinstance(event, TextDelta):
-                if event.text:
-                    text.append(event.text)
-                    self.emit(TextDeltaChunk, delta=event.text)
-            elif isinstance(event, ToolCallReady):
-                calls.append(event.call)
-            elif isinstance(event, Usage):
-                usage = event
-            else:
-                assert_never(event)
+        events = model.stream(request)
+        try:
+            async for event in events:
+                if isinstance(event, TextDelta):
+                    if event.text:
+                        text.append(event.text)
+                        self.emit(TextDeltaChunk, delta=event.text)
+                elif isinstance(event, ToolCallReady):
+                    calls.append(event.call)
+                elif isinstance(event, Usage):
+                    usage = event
+                elif isinstance(event, RetryStarted):
+                    text, calls, usage = [], [], None
+                    self.writer.retract_text(self.session_id, self._step)
+                else:
+                    assert_never(event)
+        finally:
+            # A failure here closes the model's stream (its HTTP response) at once.
+            await close_stream(events)
         calls = [
             call
             if call.id

@@ -12,7 +12,16 @@ from email.utils import format_datetime
 import pytest
 
 from app.errors import DefinitionError, ModelError, ProviderError, TransientModelError
-from app.models import ModelEvent, ModelRequest, TextDelta, ToolCall, ToolCallReady, ToolSpec, Usage
+from app.models import (
+    ModelEvent,
+    ModelRequest,
+    RetryStarted,
+    TextDelta,
+    ToolCall,
+    ToolCallReady,
+    ToolSpec,
+    Usage,
+)
 from app.models.openai import OpenAIChatModel, openai_model_from_env, retry_after_seconds
 from app.models.retry import RetryingModel
 from app.protocol import AssistantMessage, Message, ToolMessage, UserMessage
@@ -375,8 +384,13 @@ async def test_connection_dropped_mid_stream_then_success(
     events = await collect(retrying.stream(make_request()))
 
     # The first attempt's deltas were already streamed live when its connection dropped; the
-    # retried call then streams its whole response.
-    assert events == [TextDelta("Two "), TextDelta("plus "), *SUCCESS_EVENTS]
+    # restart is announced so the consumer drops them, then the retried call streams it all.
+    assert events[:2] == [TextDelta("Two "), TextDelta("plus ")]
+    restart = events[2]
+    assert isinstance(restart, RetryStarted)
+    assert restart.attempt == 2
+    assert restart.error.startswith(f"{retrying.model.name}: connection failed or was lost (")
+    assert events[3:] == SUCCESS_EVENTS
     assert len(fake_openai.requests) == 2
 
 

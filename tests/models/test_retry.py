@@ -13,6 +13,7 @@ from app.models import (
     ModelEvent,
     ModelRequest,
     ModelResponse,
+    RetryStarted,
     ScriptedModel,
     TextDelta,
     ToolCall,
@@ -98,7 +99,8 @@ async def test_retries_a_transient_failure_before_and_during_the_stream() -> Non
 
     events = await collect(RetryingModel(inner, base_delay=0.01))
 
-    assert events == [TextDelta("Fi"), *ANSWER]
+    # Only the attempt that had streamed something is announced as restarted.
+    assert events == [TextDelta("Fi"), RetryStarted(3, "dropped"), *ANSWER]
     assert inner.calls == 3
     assert inner.closed == [1, 2, 3]
 

@@ -13,13 +13,14 @@ from pydantic import BaseModel
 
 from app import AgentRegistry, AgentRuntime, define_agent, define_tool
 from app.agents import AgentConfig, ToolContext
-from app.errors import LifecycleError
+from app.errors import LifecycleError, TransientModelError
 from app.models import (
     FunctionModel,
     Model,
     ModelEvent,
     ModelRequest,
     ModelResponse,
+    RetryingModel,
     ScriptedModel,
     TextDelta,
     ToolCall,
@@ -339,3 +340,25 @@ async def test_the_runtime_must_be_entered() -> None:
     runtime = AgentRuntime(AgentRegistry([agent]))
     with pytest.raises(LifecycleError, match="async with AgentRuntime"):
         await runtime.execute(agent, "hi")
+
+
+async def test_a_retried_model_call_commits_only_the_last_attempt() -> None:
+    class Flaky(Model):
+        attempts = 0
+
+        async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+            self.attempts += 1
+            yield TextDelta("Two plus ")
+            if self.attempts == 1:
+                raise TransientModelError("connection lost")
+            yield TextDelta("three is five.")
+
+    agent = define_agent("flaky", model=RetryingModel(Flaky(), base_delay=0.001))
+    result, chunks, messages = await run(agent)
+    assert (result.status, result.output) == ("completed", "Two plus three is five.")
+    assert messages[1] == AssistantMessage(content="Two plus three is five.")
+    # The failed attempt's text was not committed yet, so it never reached the stream.
+    assert chunks == [
+        "1 s text_delta 'Two plus three is five.'",
+        '2 s output "Two plus three is five."',
+    ]
