@@ -48,7 +48,7 @@ async def run_online(url: str) -> None:
     parsed, backend = parse_url(url)
     if backend == "sqlite":
         ensure_sqlite_folder(parsed)
-    engine = create_engine(parsed, backend, writer=True, listener=True)
+    engine = create_engine(parsed, backend, listener=True)
     try:
         await run_locked(engine, backend, configure_and_run)
     finally:

@@ -1,9 +1,9 @@
 """Engines for the two backends, and the one place driver errors become store errors.
 
-SQLite gets WAL, a busy timeout and `synchronous=NORMAL` on every connection, and SQLAlchemy (not
-the sqlite3 module) issues BEGIN, so a transaction covers every statement in it: writers begin
-with `BEGIN IMMEDIATE` and take the database's write lock up front instead of failing to upgrade
-a read lock later. Readers run in autocommit: each query is its own snapshot.
+SQLite gets WAL, a busy timeout and `synchronous=NORMAL` on every connection, and the sqlite3
+module never begins transactions by itself: statements run in autocommit unless the store (or
+SQLAlchemy, for migrations) begins one, with `BEGIN IMMEDIATE`, so a writer takes the database's
+write lock up front instead of failing to upgrade a read lock later.
 """
 
 from __future__ import annotations
@@ -41,6 +41,14 @@ DRIVER_ERRORS: tuple[type[BaseException], ...] = (
 """What the drivers raise: caught only at the store's boundary and turned into `StoreError`."""
 
 
+INTEGRITY_ERRORS: tuple[type[BaseException], ...] = (
+    IntegrityError,
+    sqlite3.IntegrityError,
+    asyncpg.IntegrityConstraintViolationError,
+)
+"""A unique key or other constraint refused a write: what a concurrent writer's conflict raises."""
+
+
 def parse_url(database_url: str) -> tuple[URL, Backend]:
     """The URL and its backend; a clear `DefinitionError` for anything but the two drivers."""
     try:
@@ -76,13 +84,11 @@ def _json_dumps(value: Any) -> str:
 
 
 def create_engine(
-    url: URL, backend: Backend, *, writer: bool = True, pool_size: int = 5, listener: bool = False
+    url: URL, backend: Backend, *, pool_size: int = 5, listener: bool = False
 ) -> AsyncEngine:
-    """An engine for `url`.
+    """An engine for `url`; a `listener` engine opens unpooled connections (for LISTEN).
 
-    On SQLite, `writer` engines begin every transaction with `BEGIN IMMEDIATE` and readers run
-    in autocommit; PostgreSQL uses one engine for both. A `listener` engine opens unpooled
-    connections (the dedicated LISTEN connection).
+    On SQLite, transactions SQLAlchemy begins (the migrations') start with `BEGIN IMMEDIATE`.
     """
     options: dict[str, Any] = {
         "json_serializer": _json_dumps,
@@ -92,14 +98,14 @@ def create_engine(
         options["poolclass"] = NullPool
     else:
         options["pool_size"] = pool_size
-        options["max_overflow"] = 0 if backend == "sqlite" else 2 * pool_size
+        options["max_overflow"] = 2
     engine = create_async_engine(url, **options)
     if backend == "sqlite":
-        _configure_sqlite(engine, writer=writer)
+        _configure_sqlite(engine)
     return engine
 
 
-def _configure_sqlite(engine: AsyncEngine, *, writer: bool) -> None:
+def _configure_sqlite(engine: AsyncEngine) -> None:
     @event.listens_for(engine.sync_engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None
@@ -111,11 +117,9 @@ def _configure_sqlite(engine: AsyncEngine, *, writer: bool) -> None:
         finally:
             cursor.close()
 
-    if writer:
-
-        @event.listens_for(engine.sync_engine, "begin")
-        def _on_begin(connection: Connection) -> None:
-            connection.exec_driver_sql("BEGIN IMMEDIATE")
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(connection: Connection) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 @contextlib.contextmanager
@@ -126,7 +130,7 @@ def translate_errors(action: str, *, conflict: str | None = None) -> Iterator[No
         yield
     except AgentServerError:
         raise
-    except IntegrityError as exc:
+    except INTEGRITY_ERRORS as exc:
         if conflict is not None:
             raise SessionExistsError(conflict) from exc
         raise StoreError(f"Could not {action}: {_describe(exc)}") from exc

@@ -16,15 +16,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from app.errors import StoreClosedError
 from app.protocol import SessionStatus
+from app.store.sql.driver import ConnectionPool, DriverSql, RawConnection
 from app.store.sql.engines import DRIVER_ERRORS
 from app.store.sql.group_commit import cancel_quietly
 from app.store.sql.queries import INTERRUPT_CHANNEL, STREAM_CHANNEL, Queries
 
 logger = logging.getLogger(__name__)
+
+DATA_VERSION = DriverSql("PRAGMA data_version", ())
+"""SQLite's count of commits by other connections, as seen by this one."""
 
 Progress = tuple[int, SessionStatus]
 """A stream's last sequence and status."""
@@ -103,7 +107,7 @@ class Poller:
 
     def __init__(
         self,
-        engine: AsyncEngine,
+        pool: ConnectionPool,
         queries: Queries,
         waiters: StreamWaiters,
         on_interrupt: Callable[[str], None],
@@ -111,7 +115,7 @@ class Poller:
         *,
         interval: float,
     ) -> None:
-        self._engine = engine
+        self._pool = pool
         self._q = queries
         self._waiters = waiters
         self._on_interrupt = on_interrupt
@@ -134,43 +138,39 @@ class Poller:
         await cancel_quietly(self._task)
 
     async def _run(self) -> None:
-        sqlite = self._q.backend == "sqlite"
-        version: Any = None
-        connection: AsyncConnection | None = None
-        try:
-            while self._wanted():
-                try:
-                    if connection is None:
-                        connection = await self._engine.connect()
-                        version = None
-                    if sqlite:
-                        current = (await connection.execute(text("PRAGMA data_version"))).scalar()
-                        if current != version:
-                            version = current
-                            await self._check(connection)
-                    else:
-                        await self._check(connection)
-                    await connection.commit()
-                except DRIVER_ERRORS as exc:
-                    logger.warning("Polling the store failed: %s", exc)
-                    if connection is not None:
-                        with contextlib.suppress(*DRIVER_ERRORS):
-                            await connection.close()
-                    connection = None
+        while self._wanted():
+            try:
+                async with self._pool.acquire() as conn:
+                    await self._poll(conn)
+            except StoreClosedError:
+                return
+            except DRIVER_ERRORS as exc:
+                logger.warning("Polling the store failed: %s", exc)
                 await asyncio.sleep(self._interval)
-        finally:
-            if connection is not None:
-                with contextlib.suppress(*DRIVER_ERRORS):
-                    await asyncio.shield(connection.close())
 
-    async def _check(self, connection: AsyncConnection) -> None:
+    async def _poll(self, conn: RawConnection) -> None:
+        sqlite = self._q.backend == "sqlite"
+        version: object = None
+        while self._wanted():
+            if sqlite:
+                current = (await conn.fetch(DATA_VERSION, {}))[0][0]
+                if current != version:
+                    version = current
+                    await self._check(conn)
+            else:
+                await self._check(conn)
+            await asyncio.sleep(self._interval)
+
+    async def _check(self, conn: RawConnection) -> None:
         waited = self._waiters.waited()
         if waited:
-            result = await connection.execute(self._q.streams_progress, {"ids": waited})
-            for stream_id, last_sequence, status in result:
+            rows = await conn.fetch(self._q.streams_progress, {"ids": self._q.ids(waited)})
+            for stream_id, last_sequence, status in rows:
                 self._waiters.observe(stream_id, (last_sequence, status))
-        result = await connection.execute(self._q.all_flags)
-        flags = {(session_id, requested_at) for session_id, requested_at in result}
+        flags = {
+            (session_id, requested_at)
+            for session_id, requested_at in await conn.fetch(self._q.all_flags, {})
+        }
         for session_id, _ in flags - self._flags_seen:
             self._on_interrupt(session_id)
         self._flags_seen = flags

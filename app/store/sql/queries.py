@@ -1,37 +1,43 @@
-"""Every SQL statement the store runs, built once per backend so SQLAlchemy compiles each once.
+"""Every SQL statement of the store, written once in SQLAlchemy Core and compiled per driver.
 
-The two backends differ in three places only: an id list is `= ANY(array)` on PostgreSQL (one
-prepared statement whatever the list's length) and an expanding `IN` on SQLite; upserts use each
-dialect's `ON CONFLICT`; and only PostgreSQL locks rows (SQLite writers hold the database lock).
+Each statement is compiled once, when the store is built, to the driver's positional SQL
+(`DriverSql`), so running it costs the driver's time only. The backends differ in three places:
+an id list is `= ANY(array)` on PostgreSQL and `IN (SELECT value FROM json_each(...))` on SQLite
+(either way one fixed statement whatever the list's length); only PostgreSQL locks rows (a SQLite
+writer holds the database lock); and only PostgreSQL sends notifications.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from typing import Any
 
 from sqlalchemy import (
     ARRAY,
     BindParameter,
     ColumnElement,
-    Delete,
-    Insert,
     Select,
     String,
+    Table,
     TextClause,
-    Update,
     any_,
     bindparam,
     delete,
     func,
     insert,
+    literal_column,
     select,
     text,
+    union_all,
     update,
 )
-from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.sql.dml import ReturningDelete
+from sqlalchemy.engine import Dialect
+from sqlalchemy.sql.elements import ClauseElement
 
+from app.store.sql.driver import DriverSql
 from app.store.sql.engines import Backend
+from app.store.sql.rows import UPDATED_COLUMNS
 from app.store.sql.tables import (
     chunks,
     interrupt_flags,
@@ -47,172 +53,220 @@ STREAM_CHANNEL = "agent_server_stream"
 INTERRUPT_CHANNEL = "agent_server_interrupt"
 """The LISTEN/NOTIFY channel of raised interrupt flags; the payload is `<origin> <session id>`."""
 
+CHECK_EXISTING_SESSION = 0
+CHECK_EXISTING_KEY = 1
+CHECK_NEXT_MESSAGE = 2
+CHECK_LAST_SEQUENCE = 3
+
+
+def compile_for(statement: ClauseElement, dialect: Dialect) -> DriverSql:
+    """`statement` as the driver's SQL; constants must be literal SQL, not bound values."""
+    compiled = statement.compile(dialect=dialect)
+    constants = [name for name, value in compiled.params.items() if value is not None]
+    if constants:
+        raise ValueError(f"Write constants as literal SQL, not parameters: {constants}")
+    return DriverSql(compiled.string, getattr(compiled, "positiontup", None) or ())
+
+
+def upsert(table: Table, key: tuple[str, ...], **values: str) -> TextClause:
+    """`INSERT ... ON CONFLICT (key) DO UPDATE` of every column but the key and `values`.
+
+    Columns take the bind parameter of their name unless `values` gives them a SQL expression.
+    Text, because the syntax is the same on both backends and SQLAlchemy's dialect-specific
+    `on_conflict_do_update` cannot be cached.
+    """
+    names = [column.name for column in table.columns]
+    inserted = ", ".join(values.get(name, f":{name}") for name in names)
+    updated = ", ".join(
+        f"{name} = excluded.{name}" for name in names if name not in key and name not in values
+    )
+    return text(
+        f"INSERT INTO {table.name} ({', '.join(names)}) VALUES ({inserted}) "
+        f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {updated}"
+    )
+
+
+def _insert(table: Table) -> ClauseElement:
+    return insert(table).values({column.name: bindparam(column.name) for column in table.columns})
+
 
 class Queries:
-    """The statements of one backend."""
+    """The statements of one backend, compiled for its driver."""
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: Backend, dialect: Dialect) -> None:
         self.backend: Backend = backend
         pg = backend == "postgresql"
-        dialect_insert = postgresql.insert if pg else sqlite.insert
 
         def among(column: Any, name: str) -> ColumnElement[bool]:
             if pg:
                 return column == any_(bindparam(name, type_=ARRAY(String)))  # type: ignore[no-any-return]
-            return column.in_(bindparam(name, expanding=True))  # type: ignore[no-any-return]
+            each = func.json_each(bindparam(name))
+            listed: Select[tuple[Any]] = select(literal_column("value")).select_from(each)
+            return column.in_(listed)  # type: ignore[no-any-return]
+
+        def driver(statement: ClauseElement) -> DriverSql:
+            return compile_for(statement, dialect)
+
+        def kind(number: int) -> Any:
+            return literal_column(str(number))
 
         # -- writes of a batch ---------------------------------------------------------------
-        self.insert_sessions: Insert = insert(sessions)
-        self.update_sessions: Update = update(sessions).where(
-            sessions.c.session_id == bindparam("b_session_id")
+        locked: Any = select(streams.c.stream_id, streams.c.last_sequence).where(
+            among(streams.c.stream_id, "streams")
         )
-        self.existing_sessions: Select[tuple[str]] = select(sessions.c.session_id).where(
-            among(sessions.c.session_id, "ids")
+        if pg:
+            locked = locked.order_by(streams.c.stream_id).with_for_update()
+        locked = locked.cte("locked")
+        self.check = driver(
+            union_all(
+                select(kind(CHECK_EXISTING_SESSION), sessions.c.session_id, kind(0)).where(
+                    among(sessions.c.session_id, "sessions")
+                ),
+                select(kind(CHECK_EXISTING_KEY), sessions.c.idempotency_key, kind(0)).where(
+                    among(sessions.c.idempotency_key, "keys")
+                ),
+                select(
+                    kind(CHECK_NEXT_MESSAGE),
+                    messages.c.session_id,
+                    func.max(messages.c.idx) + literal_column("1"),
+                )
+                .where(among(messages.c.session_id, "messages"))
+                .group_by(messages.c.session_id),
+                select(kind(CHECK_LAST_SEQUENCE), locked.c.stream_id, locked.c.last_sequence),
+            )
         )
-        self.message_counts: Select[tuple[str, int]] = (
-            select(messages.c.session_id, func.max(messages.c.idx) + 1)
-            .where(among(messages.c.session_id, "ids"))
-            .group_by(messages.c.session_id)
+        """Everything a group's rules depend on, in one round trip: sessions and keys that exist,
+        each session's next message index, each stream's last sequence (locked on PostgreSQL)."""
+        self.insert_sessions = driver(_insert(sessions))
+        self.update_sessions = driver(
+            update(sessions)
+            .where(sessions.c.session_id == bindparam("b_session_id"))
+            .values({name: bindparam(name) for name in UPDATED_COLUMNS})
         )
-        self.insert_messages: Insert = insert(messages)
-
-        refs = sub_session_refs.c
-        next_position = (
-            select(func.coalesce(func.max(refs.position), 0) + 1)
-            .where(refs.parent_session_id == bindparam("b_parent_session_id"))
-            .scalar_subquery()
+        self.insert_messages = driver(_insert(messages))
+        self.upsert_refs = driver(
+            upsert(
+                sub_session_refs,
+                ("parent_session_id", "sub_session_id"),
+                position="(SELECT COALESCE(MAX(position), 0) + 1 FROM sub_session_refs "
+                "WHERE parent_session_id = CAST(:parent_session_id AS VARCHAR))",
+            )
         )
-        upsert_ref = dialect_insert(sub_session_refs).values(position=next_position)
-        self.upsert_refs: Insert = upsert_ref.on_conflict_do_update(
-            index_elements=[refs.parent_session_id, refs.sub_session_id],
-            set_={
-                column.name: upsert_ref.excluded[column.name]
-                for column in sub_session_refs.columns
-                if column.name not in ("parent_session_id", "sub_session_id", "position")
-            },
+        self.advance_streams = driver(
+            text(
+                "INSERT INTO streams (stream_id, last_sequence, status) "
+                "VALUES (:stream_id, :last_sequence, 'running') "
+                "ON CONFLICT (stream_id) DO UPDATE SET last_sequence = excluded.last_sequence"
+            )
         )
-
-        lock = select(streams.c.stream_id, streams.c.last_sequence).where(
-            among(streams.c.stream_id, "ids")
-        )
-        self.lock_streams: Select[tuple[str, int]] = (
-            lock.order_by(streams.c.stream_id).with_for_update() if pg else lock
-        )
-        self.insert_streams: Insert = insert(streams)
-        self.advance_streams: Update = (
-            update(streams)
-            .where(streams.c.stream_id == bindparam("b_stream_id"))
-            .values(last_sequence=bindparam("b_last_sequence"))
-        )
-        self.insert_chunks: Insert = insert(chunks)
-        upsert_stream = dialect_insert(streams)
-        self.upsert_stream_status: Insert = upsert_stream.on_conflict_do_update(
-            index_elements=[streams.c.stream_id],
-            set_={
-                "status": upsert_stream.excluded.status,
-                "stopped_at": upsert_stream.excluded.stopped_at,
-            },
-        )
-        self.notify: TextClause = text(
-            "SELECT pg_notify(:channel, :origin || ' ' || id) FROM unnest(:ids) AS id"
-        ).bindparams(
-            bindparam("channel", type_=String),
-            bindparam("origin", type_=String),
-            bindparam("ids", type_=ARRAY(String)),
+        self.insert_chunks = driver(_insert(chunks))
+        self.upsert_stream_status = driver(upsert(streams, ("stream_id",), last_sequence="0"))
+        self.notify = driver(
+            text(
+                "SELECT pg_notify(:channel, :origin || ' ' || id) FROM unnest(:ids) AS id"
+            ).bindparams(
+                bindparam("channel", type_=String),
+                bindparam("origin", type_=String),
+                bindparam("ids", type_=ARRAY(String)),
+            )
         )
 
         # -- reads ---------------------------------------------------------------------------
-        self.get_session: Select[Any] = select(sessions).where(
-            sessions.c.session_id == bindparam("session_id")
+        self.get_session = driver(
+            select(sessions).where(sessions.c.session_id == bindparam("session_id"))
         )
-        self.session_by_key: Select[Any] = select(sessions).where(
-            sessions.c.idempotency_key == bindparam("key")
+        self.session_by_key = driver(
+            select(sessions).where(sessions.c.idempotency_key == bindparam("key"))
         )
-        self.load_messages: Select[tuple[str]] = (
+        self.load_messages = driver(
             select(messages.c.body)
             .where(messages.c.session_id == bindparam("session_id"))
             .order_by(messages.c.idx)
         )
-        self.get_refs: Select[Any] = (
+        refs = sub_session_refs.c
+        self.get_refs = driver(
             select(sub_session_refs)
             .where(refs.parent_session_id == bindparam("parent_session_id"))
             .order_by(refs.position)
         )
-        self.read_chunks: Select[tuple[str]] = (
+        self.read_chunks = driver(
             select(chunks.c.body)
             .where(chunks.c.stream_id == bindparam("stream_id"))
             .where(chunks.c.sequence > bindparam("after"))
             .order_by(chunks.c.sequence)
             .limit(bindparam("limit"))
+            .offset(literal_column("0"))
         )
-        self.get_stream: Select[tuple[int, str]] = select(
-            streams.c.last_sequence, streams.c.status
-        ).where(streams.c.stream_id == bindparam("stream_id"))
-        self.streams_progress: Select[tuple[str, int, str]] = select(
-            streams.c.stream_id, streams.c.last_sequence, streams.c.status
-        ).where(among(streams.c.stream_id, "ids"))
+        self.get_stream = driver(
+            select(streams.c.last_sequence, streams.c.status).where(
+                streams.c.stream_id == bindparam("stream_id")
+            )
+        )
+        self.streams_progress = driver(
+            select(streams.c.stream_id, streams.c.last_sequence, streams.c.status).where(
+                among(streams.c.stream_id, "ids")
+            )
+        )
 
         # -- leases --------------------------------------------------------------------------
         now: BindParameter[int] = bindparam("now")
-        self.claim: Update = (
+        self.claim = driver(
             update(sessions)
             .where(sessions.c.session_id == bindparam("b_session_id"))
             .where(
                 (sessions.c.owner_id.is_(None))
                 | (sessions.c.owner_id == bindparam("b_owner_id"))
-                | (func.coalesce(sessions.c.lease_expires_at, 0) < now)
+                | (func.coalesce(sessions.c.lease_expires_at, literal_column("0")) < now)
             )
             .values(owner_id=bindparam("b_owner_id"), lease_expires_at=bindparam("expires"))
         )
-        self.renew: Update = (
+        self.renew = driver(
             update(sessions)
             .where(among(sessions.c.session_id, "ids"))
             .where(sessions.c.owner_id == bindparam("b_owner_id"))
             .values(lease_expires_at=bindparam("expires"))
             .returning(sessions.c.session_id)
         )
-        self.release: Update = (
+        self.release = driver(
             update(sessions)
             .where(sessions.c.session_id == bindparam("b_session_id"))
             .where(sessions.c.owner_id == bindparam("b_owner_id"))
-            .values(owner_id=None, lease_expires_at=None)
+            .values(owner_id=literal_column("NULL"), lease_expires_at=literal_column("NULL"))
         )
-        orphaned = (
-            (sessions.c.owner_id.is_(None))
-            | (func.coalesce(sessions.c.lease_expires_at, 0) < now)
-            | (sessions.c.owner_id == bindparam("b_owner_id"))
-        )
-        self.orphaned: Select[Any] = (
+        self.orphaned = driver(
             select(sessions)
-            .where(sessions.c.status == "running")
+            .where(sessions.c.status == literal_column("'running'"))
             .where(sessions.c.stream_id == sessions.c.session_id)
-            .where(orphaned)
+            .where(
+                (sessions.c.owner_id.is_(None))
+                | (func.coalesce(sessions.c.lease_expires_at, literal_column("0")) < now)
+                | (sessions.c.owner_id == bindparam("b_owner_id"))
+            )
             .order_by(sessions.c.created_at, sessions.c.session_id)
         )
 
         # -- interrupts ----------------------------------------------------------------------
-        upsert_flag = dialect_insert(interrupt_flags)
-        self.set_flag: Insert = upsert_flag.on_conflict_do_update(
-            index_elements=[interrupt_flags.c.session_id],
-            set_={
-                "reason": upsert_flag.excluded.reason,
-                "requested_at": upsert_flag.excluded.requested_at,
-            },
-        )
-        self.take_flag: ReturningDelete[tuple[str | None, int]] = (
+        self.set_flag = driver(upsert(interrupt_flags, ("session_id",)))
+        self.take_flag = driver(
             delete(interrupt_flags)
             .where(interrupt_flags.c.session_id == bindparam("session_id"))
             .returning(interrupt_flags.c.reason, interrupt_flags.c.requested_at)
         )
-        self.all_flags: Select[tuple[str, int]] = select(
-            interrupt_flags.c.session_id, interrupt_flags.c.requested_at
-        )
+        flags = interrupt_flags.c
+        self.all_flags = driver(select(flags.session_id, flags.requested_at))
 
         # -- retention -----------------------------------------------------------------------
-        self.delete_finished: Delete = delete(chunks).where(
-            chunks.c.stream_id.in_(
-                select(streams.c.stream_id)
-                .where(streams.c.stopped_at.is_not(None))
-                .where(streams.c.stopped_at < bindparam("cutoff"))
+        self.delete_finished = driver(
+            delete(chunks).where(
+                chunks.c.stream_id.in_(
+                    select(streams.c.stream_id)
+                    .where(streams.c.stopped_at.is_not(None))
+                    .where(streams.c.stopped_at < bindparam("cutoff"))
+                )
             )
         )
+
+    def ids(self, values: Iterable[str | None]) -> list[str] | str:
+        """An id list as the parameter of an `among` condition takes it."""
+        listed = [value for value in values if value is not None]
+        return listed if self.backend == "postgresql" else json.dumps(listed)

@@ -1,58 +1,68 @@
-"""Records to rows and back: the only code that knows how a record is laid out in the tables."""
+"""Records to rows and back: the only code that knows how a record is laid out in the tables.
+
+Rows come back from the drivers by position, in the tables' column order. JSON columns arrive
+decoded from PostgreSQL (asyncpg's codec) and as text from SQLite; bodies are wire JSON text.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Row, RowMapping
+import pydantic_core
 
 from app.protocol import MESSAGE_ADAPTER, Chunk, Message, RemoteRef, SubSessionRef
 from app.protocol.chunks import BaseChunk, chunk_from_json, chunk_to_json
 from app.store.base import SessionRecord
+from app.store.sql.tables import sessions, sub_session_refs
 
-SESSION_COLUMNS = (
-    "session_id",
-    "agent_type",
-    "stream_id",
-    "status",
-    "created_at",
-    "updated_at",
-    "parent_session_id",
-    "step_count",
-    "state",
-    "input",
-    "output",
-    "error",
-    "failure_reason",
-    "idempotency_key",
-    "input_tokens",
-    "output_tokens",
-    "owner_id",
-    "lease_expires_at",
-)
-"""The sessions table's columns, in `SessionRecord`'s field order."""
+SESSION_COLUMNS = tuple(column.name for column in sessions.columns)
+"""The sessions table's columns, in order."""
+
+if tuple(field.name for field in dataclasses.fields(SessionRecord)) != SESSION_COLUMNS:
+    raise RuntimeError("The sessions table's columns no longer follow SessionRecord's fields")
 
 UPDATED_COLUMNS = tuple(
     name for name in SESSION_COLUMNS if name not in ("session_id", "owner_id", "lease_expires_at")
 )
 """What an update writes: everything but the key and the lease, which only the lease calls own."""
 
+JSON_COLUMNS = ("state", "input", "output")
+"""The sessions columns holding JSON."""
+
+_JSON_POSITIONS = tuple(SESSION_COLUMNS.index(name) for name in JSON_COLUMNS)
+_REF_COLUMNS = {column.name: index for index, column in enumerate(sub_session_refs.columns)}
+
+
+def json_text(value: Any) -> str:
+    """`value` as JSON text (None as JSON null, as SQLAlchemy's JSON type stores it)."""
+    return pydantic_core.to_json(value).decode()
+
 
 def session_row(record: SessionRecord) -> dict[str, Any]:
-    """The sessions row for a new record."""
-    return {name: getattr(record, name) for name in SESSION_COLUMNS}
+    """The sessions row for a new record, JSON fields as text."""
+    row = {name: getattr(record, name) for name in SESSION_COLUMNS}
+    for name in JSON_COLUMNS:
+        row[name] = json_text(row[name])
+    return row
 
 
 def session_update_row(record: SessionRecord) -> dict[str, Any]:
     """The parameters of an update: `b_session_id` plus the columns an update may write."""
-    row = {name: getattr(record, name) for name in UPDATED_COLUMNS}
+    row = session_row(record)
     row["b_session_id"] = record.session_id
     return row
 
 
-def session_record(row: RowMapping) -> SessionRecord:
-    """The record a sessions row holds."""
-    return SessionRecord(**row)
+def session_from_row(values: Sequence[Any], *, json_as_text: bool) -> SessionRecord:
+    """The record a sessions row holds (`json_as_text` where the driver did not decode JSON)."""
+    fields = list(values)
+    if json_as_text:
+        for position in _JSON_POSITIONS:
+            if fields[position] is not None:
+                fields[position] = pydantic_core.from_json(fields[position])
+    return SessionRecord(*fields)
 
 
 def message_body(message: Message) -> str:
@@ -79,7 +89,6 @@ def ref_row(parent_session_id: str, ref: SubSessionRef) -> dict[str, Any]:
     """The sub_session_refs row for `ref` (its position is assigned by the insert)."""
     return {
         "parent_session_id": parent_session_id,
-        "b_parent_session_id": parent_session_id,
         "sub_session_id": ref.sub_session_id,
         "agent_type": ref.agent_type,
         "parent_tool_call_id": ref.parent_tool_call_id,
@@ -94,25 +103,26 @@ def ref_row(parent_session_id: str, ref: SubSessionRef) -> dict[str, Any]:
     }
 
 
-def ref_from_row(row: Row[Any]) -> SubSessionRef:
+def ref_from_row(values: Sequence[Any]) -> SubSessionRef:
     """The ref a sub_session_refs row holds."""
-    values = row._mapping
+    column = _REF_COLUMNS
+    remote_stream_id = values[column["remote_stream_id"]]
     remote = (
         None
-        if values["remote_stream_id"] is None
+        if remote_stream_id is None
         else RemoteRef(
-            stream_id=values["remote_stream_id"], last_sequence=values["remote_last_sequence"]
+            stream_id=remote_stream_id, last_sequence=values[column["remote_last_sequence"]]
         )
     )
     return SubSessionRef(
-        sub_session_id=values["sub_session_id"],
-        agent_type=values["agent_type"],
-        parent_tool_call_id=values["parent_tool_call_id"],
-        status=values["status"],
-        started_at=values["started_at"],
-        completed_at=values["completed_at"],
-        mode=values["mode"],
-        name=values["name"],
+        sub_session_id=values[column["sub_session_id"]],
+        agent_type=values[column["agent_type"]],
+        parent_tool_call_id=values[column["parent_tool_call_id"]],
+        status=values[column["status"]],
+        started_at=values[column["started_at"]],
+        completed_at=values[column["completed_at"]],
+        mode=values[column["mode"]],
+        name=values[column["name"]],
         remote=remote,
-        completion_delivered=values["completion_delivered"],
+        completion_delivered=bool(values[column["completion_delivered"]]),
     )

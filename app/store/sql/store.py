@@ -12,7 +12,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import cast
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -27,6 +27,7 @@ from app.store.base import (
     WriteBatch,
     now_ms,
 )
+from app.store.sql.driver import ConnectionPool, DriverSql
 from app.store.sql.engines import (
     DRIVER_ERRORS,
     create_engine,
@@ -38,7 +39,12 @@ from app.store.sql.group_commit import GroupCommitter
 from app.store.sql.migrate import upgrade
 from app.store.sql.notify import PgListener, Poller, Progress, StreamWaiters
 from app.store.sql.queries import INTERRUPT_CHANNEL, Queries
-from app.store.sql.rows import chunk_from_body, message_from_body, ref_from_row, session_record
+from app.store.sql.rows import (
+    chunk_from_body,
+    message_from_body,
+    ref_from_row,
+    session_from_row,
+)
 from app.store.sql.writes import BatchWriter
 
 logger = logging.getLogger(__name__)
@@ -49,25 +55,29 @@ SQLITE_POLL_INTERVAL = 0.025
 PG_FALLBACK_POLL_INTERVAL = 0.05
 """Seconds between PostgreSQL polls while the LISTEN connection is down."""
 
+CONFLICT = "The batch conflicts with a concurrent write (a session, message or chunk exists)"
+
 
 class SqlStore(StateStore):
     """The store on a SQL database named by a `sqlite+aiosqlite://` or `postgresql+asyncpg://` URL.
 
     Opening it (`async with`) creates the SQLite file's folder if needed and migrates the
-    database to the current schema.
+    database to the current schema. `pool_size` bounds its open connections (one more listens
+    on PostgreSQL).
     """
 
-    def __init__(self, database_url: str, *, pool_size: int = 5) -> None:
+    def __init__(self, database_url: str, *, pool_size: int = 8) -> None:
         super().__init__()
         self._url, self.backend = parse_url(database_url)
         self._pool_size = pool_size
         self._origin = uuid.uuid4().hex[:12]
-        self._queries = Queries(self.backend)
+        self._queries = Queries(self.backend, self._url.get_dialect()())
         self._writer = BatchWriter(self._queries, origin=self._origin)
         self._committer = GroupCommitter(self._apply)
         self._waiters = StreamWaiters()
-        self._write_engine: AsyncEngine | None = None
-        self._read_engine: AsyncEngine | None = None
+        self._json_as_text = self.backend == "sqlite"
+        self._engine: AsyncEngine | None = None
+        self._pool: ConnectionPool | None = None
         self._listener: PgListener | None = None
         self._poller: Poller | None = None
         self._background: set[asyncio.Task[None]] = set()
@@ -83,19 +93,13 @@ class SqlStore(StateStore):
         pg = self.backend == "postgresql"
         if not pg:
             ensure_sqlite_folder(self._url)
-        write = create_engine(self._url, self.backend, writer=True, pool_size=self._pool_size)
-        self._write_engine = write
+        self._engine = create_engine(self._url, self.backend, pool_size=self._pool_size)
         try:
             with translate_errors("migrate the database"):
-                await upgrade(write, self.backend)
-            if pg:
-                self._read_engine = write.execution_options(isolation_level="AUTOCOMMIT")
-            else:
-                self._read_engine = create_engine(
-                    self._url, self.backend, writer=False, pool_size=self._pool_size
-                )
+                await upgrade(self._engine, self.backend)
+            self._pool = ConnectionPool(self._engine, self.backend, size=self._pool_size)
             self._poller = Poller(
-                self._read_engine,
+                self._pool,
                 self._queries,
                 self._waiters,
                 self._notify_interrupt,
@@ -128,19 +132,17 @@ class SqlStore(StateStore):
             await self._poller.close()
         if self._listener is not None:
             await self._listener.close()
-        for engine in (self._read_engine, self._write_engine):
-            if engine is not None:
-                await engine.dispose()
+        for task in list(self._background):
+            task.cancel()
+        if self._pool is not None:
+            await self._pool.close()
+        if self._engine is not None:
+            await self._engine.dispose()
 
     @property
-    def _engine(self) -> AsyncEngine:
-        assert self._write_engine is not None
-        return self._write_engine
-
-    @property
-    def _reader(self) -> AsyncEngine:
-        assert self._read_engine is not None
-        return self._read_engine
+    def _connections(self) -> ConnectionPool:
+        assert self._pool is not None
+        return self._pool
 
     # -- writes --------------------------------------------------------------------------------
 
@@ -152,8 +154,8 @@ class SqlStore(StateStore):
         await self._committer.submit(batch)
 
     async def _apply(self, batches: Sequence[WriteBatch]) -> None:
-        with translate_errors("commit"):
-            async with self._engine.begin() as conn:
+        with translate_errors("commit", conflict=CONFLICT):
+            async with self._connections.acquire() as conn, conn.transaction():
                 touched = await self._writer.apply(conn, batches, now=now_ms())
         self._waiters.wake(touched)
 
@@ -161,41 +163,38 @@ class SqlStore(StateStore):
 
     async def get_session(self, session_id: str) -> SessionRecord:
         """The session, or `SessionNotFoundError`."""
-        self._check_open()
-        with translate_errors("read a session"):
-            async with self._reader.connect() as conn:
-                result = await conn.execute(self._queries.get_session, {"session_id": session_id})
-                row = result.mappings().first()
-        if row is None:
+        record = await self._session(self._queries.get_session, {"session_id": session_id})
+        if record is None:
             raise SessionNotFoundError(f"Session {session_id!r} not found")
-        return session_record(row)
+        return record
 
     async def find_session_by_idempotency_key(self, key: str) -> SessionRecord | None:
         """The session created with this idempotency key, if any."""
+        return await self._session(self._queries.session_by_key, {"key": key})
+
+    async def _session(self, statement: DriverSql, params: dict[str, str]) -> SessionRecord | None:
         self._check_open()
         with translate_errors("read a session"):
-            async with self._reader.connect() as conn:
-                result = await conn.execute(self._queries.session_by_key, {"key": key})
-                row = result.mappings().first()
-        return None if row is None else session_record(row)
+            async with self._connections.acquire() as conn:
+                rows = await conn.fetch(statement, params)
+        return session_from_row(rows[0], json_as_text=self._json_as_text) if rows else None
 
     async def load_messages(self, session_id: str) -> list[Message]:
         """The session's conversation, oldest first."""
         self._check_open()
         with translate_errors("read messages"):
-            async with self._reader.connect() as conn:
-                bodies = await conn.scalars(self._queries.load_messages, {"session_id": session_id})
-                return [message_from_body(body) for body in bodies]
+            async with self._connections.acquire() as conn:
+                rows = await conn.fetch(self._queries.load_messages, {"session_id": session_id})
+        return [message_from_body(body) for (body,) in rows]
 
     async def get_sub_session_refs(self, parent_session_id: str) -> list[SubSessionRef]:
         """The parent's refs, in the order they were first added."""
         self._check_open()
+        params = {"parent_session_id": parent_session_id}
         with translate_errors("read sub-session refs"):
-            async with self._reader.connect() as conn:
-                result = await conn.execute(
-                    self._queries.get_refs, {"parent_session_id": parent_session_id}
-                )
-                return [ref_from_row(row) for row in result]
+            async with self._connections.acquire() as conn:
+                rows = await conn.fetch(self._queries.get_refs, params)
+        return [ref_from_row(row) for row in rows]
 
     # -- leases --------------------------------------------------------------------------------
 
@@ -210,8 +209,8 @@ class SqlStore(StateStore):
             "expires": now + lease_ms,
         }
         with translate_errors("claim a session"):
-            async with self._engine.begin() as conn:
-                claimed = (await conn.execute(self._queries.claim, params)).rowcount == 1
+            async with self._connections.acquire() as conn:
+                claimed = await conn.execute(self._queries.claim, params) == 1
         if not claimed:
             await self.get_session(session_id)
         return claimed
@@ -223,17 +222,22 @@ class SqlStore(StateStore):
         self._check_open()
         if not session_ids:
             return set()
-        params = {"ids": list(session_ids), "b_owner_id": owner_id, "expires": now_ms() + lease_ms}
+        params = {
+            "ids": self._queries.ids(session_ids),
+            "b_owner_id": owner_id,
+            "expires": now_ms() + lease_ms,
+        }
         with translate_errors("renew leases"):
-            async with self._engine.begin() as conn:
-                return set((await conn.scalars(self._queries.renew, params)).all())
+            async with self._connections.acquire() as conn:
+                rows = await conn.fetch(self._queries.renew, params)
+        return {session_id for (session_id,) in rows}
 
     async def release_session(self, session_id: str, owner_id: str) -> None:
         """Give up our lease on the session."""
         self._check_open()
         params = {"b_session_id": session_id, "b_owner_id": owner_id}
         with translate_errors("release a session"):
-            async with self._engine.begin() as conn:
+            async with self._connections.acquire() as conn:
                 await conn.execute(self._queries.release, params)
 
     async def list_orphaned_sessions(self, *, owner_id: str | None = None) -> list[SessionRecord]:
@@ -241,9 +245,9 @@ class SqlStore(StateStore):
         self._check_open()
         params = {"now": now_ms(), "b_owner_id": owner_id}
         with translate_errors("list orphaned sessions"):
-            async with self._reader.connect() as conn:
-                result = await conn.execute(self._queries.orphaned, params)
-                return [session_record(row) for row in result.mappings()]
+            async with self._connections.acquire() as conn:
+                rows = await conn.fetch(self._queries.orphaned, params)
+        return [session_from_row(row, json_as_text=self._json_as_text) for row in rows]
 
     # -- interrupts ----------------------------------------------------------------------------
 
@@ -253,10 +257,10 @@ class SqlStore(StateStore):
         requested_at = now_ms()
         row = {"session_id": session_id, "reason": reason, "requested_at": requested_at}
         with translate_errors("raise an interrupt flag"):
-            async with self._engine.begin() as conn:
+            async with self._connections.acquire() as conn, conn.transaction():
                 await conn.execute(self._queries.set_flag, row)
                 if self.backend == "postgresql":
-                    await conn.execute(
+                    await conn.fetch(
                         self._queries.notify,
                         {"channel": INTERRUPT_CHANNEL, "origin": self._origin, "ids": [session_id]},
                     )
@@ -268,10 +272,9 @@ class SqlStore(StateStore):
         """Atomically read and clear the flag (DELETE ... RETURNING)."""
         self._check_open()
         with translate_errors("check an interrupt flag"):
-            async with self._engine.begin() as conn:
-                result = await conn.execute(self._queries.take_flag, {"session_id": session_id})
-                row = result.first()
-        return None if row is None else InterruptFlag(session_id, row[0], row[1])
+            async with self._connections.acquire() as conn:
+                rows = await conn.fetch(self._queries.take_flag, {"session_id": session_id})
+        return InterruptFlag(session_id, rows[0][0], rows[0][1]) if rows else None
 
     def add_interrupt_listener(self, listener: Listener) -> Callable[[], None]:
         """Call `listener(session_id)` soon after any process raises a flag; returns a remover."""
@@ -288,9 +291,9 @@ class SqlStore(StateStore):
         self._check_open()
         params = {"stream_id": stream_id, "after": after, "limit": limit}
         with translate_errors("read chunks"):
-            async with self._reader.connect() as conn:
-                bodies = await conn.scalars(self._queries.read_chunks, params)
-                return [chunk_from_body(body) for body in bodies]
+            async with self._connections.acquire() as conn:
+                rows = await conn.fetch(self._queries.read_chunks, params)
+        return [chunk_from_body(body) for (body,) in rows]
 
     async def get_stream(self, stream_id: str) -> StreamState:
         """The stream's last sequence and status, or `StreamNotFoundError`."""
@@ -302,10 +305,9 @@ class SqlStore(StateStore):
 
     async def _progress(self, stream_id: str) -> Progress | None:
         with translate_errors("read a stream"):
-            async with self._reader.connect() as conn:
-                result = await conn.execute(self._queries.get_stream, {"stream_id": stream_id})
-                row = result.first()
-        return None if row is None else (row[0], cast(SessionStatus, row[1]))
+            async with self._connections.acquire() as conn:
+                rows = await conn.fetch(self._queries.get_stream, {"stream_id": stream_id})
+        return (rows[0][0], cast(SessionStatus, rows[0][1])) if rows else None
 
     async def wait_for_stream(self, stream_id: str, *, after: int, timeout: float) -> None:
         """Return once the stream may have moved past `after` or changed status, or on timeout."""
@@ -327,12 +329,10 @@ class SqlStore(StateStore):
     async def delete_finished_streams(self, *, older_than_ms: int) -> int:
         """Delete the chunks of streams stopped before `now - older_than_ms`."""
         self._check_open()
+        params = {"cutoff": now_ms() - older_than_ms}
         with translate_errors("delete finished streams"):
-            async with self._engine.begin() as conn:
-                result = await conn.execute(
-                    self._queries.delete_finished, {"cutoff": now_ms() - older_than_ms}
-                )
-                return max(result.rowcount, 0)
+            async with self._connections.acquire() as conn:
+                return await conn.execute(self._queries.delete_finished, params)
 
     # -- wake-ups ------------------------------------------------------------------------------
 
@@ -356,10 +356,10 @@ class SqlStore(StateStore):
 
     async def _announce_flags(self) -> None:
         try:
-            async with self._reader.connect() as conn:
-                flags: list[Any] = list(await conn.execute(self._queries.all_flags))
+            async with self._connections.acquire() as conn:
+                rows = await conn.fetch(self._queries.all_flags, {})
         except DRIVER_ERRORS as exc:
             logger.warning("Could not read the interrupt flags raised while deaf: %s", exc)
             return
-        for session_id, _ in flags:
+        for session_id, _ in rows:
             self._notify_interrupt(session_id)
