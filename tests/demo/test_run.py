@@ -293,3 +293,12 @@ async def test_the_tree_streams_live_with_latency() -> None:
         for child in children
     ]
     assert max(first) < min(done)
+
+
+async def test_topics_without_content_words_falls_back_to_the_opening_sentence() -> None:
+    result, chunks = await run("It is what it is. So it was.", "topics")
+
+    assert result.output == Topics(topics=[], summary="It is what it is.").model_dump()
+    assert by_session(chunks)["root"][5] == (
+        'text_delta "There are no content words to go on, so I\'ll take the opening sentence."'
+    )
