@@ -53,16 +53,14 @@ async def run_sub_agent(
     parent.emit(
         SubagentStartChunk, sub_agent_type=agent.name, sub_session_id=child_id, call_id=call.id
     )
-    existing = None
-    if not fresh:
-        try:
-            existing = await parent.runtime.store.get_session(child_id)
-        except SessionNotFoundError:
-            existing = None
-    outcome = _settled(existing)
-    if outcome is None:
-        child = await _open_child(parent, agent, call.id, child_id, child_input, existing)
-        outcome = await _await_child(parent, child, tool)
+    # The child's whole life runs in a task of its own, shielded from this call's cancellation:
+    # when the parent stops, the child still records its own stop, even one still being created.
+    task = asyncio.get_running_loop().create_task(
+        _child_life(parent, tool, call.id, child_id, child_input, fresh)
+    )
+    parent.child_tasks.add(task)
+    task.add_done_callback(parent.child_tasks.discard)
+    outcome = await asyncio.shield(task)
     if outcome.status == "completed":
         result = CallResult(result=outcome.output)
     elif outcome.status == "terminated":
@@ -142,12 +140,30 @@ async def _open_child(
     )
 
 
-async def _await_child(parent: SessionRun, child: SessionRun, tool: SubAgentTool) -> Outcome:
-    """Run the child in its own task; a stop of the parent reaches it through `parent.stop`."""
-    parent.children[child.session_id] = child
-    task = asyncio.get_running_loop().create_task(child.run())
-    child.task = task
-    task.add_done_callback(lambda _: parent.children.pop(child.session_id, None))
+async def _child_life(
+    parent: SessionRun,
+    tool: SubAgentTool,
+    call_id: str,
+    child_id: str,
+    child_input: dict[str, JsonValue],
+    fresh: bool,
+) -> Outcome:
+    """Find, create or reopen the child, then run it to an outcome."""
+    existing = None
+    if not fresh:
+        try:
+            existing = await parent.runtime.store.get_session(child_id)
+        except SessionNotFoundError:
+            existing = None
+    settled = _settled(existing)
+    if settled is not None:
+        return settled
+    if existing is None and parent.stop_reason is not None:
+        return Outcome("interrupted")
+    child = await _open_child(parent, tool.agent, call_id, child_id, child_input, existing)
+    parent.children[child_id] = child
+    if parent.stop_reason is not None:
+        child.stop(parent.stop_reason, parent.stop_message)
     timer = None
     if tool.timeout is not None:
         timer = asyncio.get_running_loop().call_later(
@@ -157,8 +173,8 @@ async def _await_child(parent: SessionRun, child: SessionRun, tool: SubAgentTool
             f"Sub-agent {tool.agent.name!r} timed out after {tool.timeout:g}s",
         )
     try:
-        # Shielded: when the parent is stopped, the child records its own stop before it ends.
-        return await asyncio.shield(task)
+        return await child.run()
     finally:
+        parent.children.pop(child_id, None)
         if timer is not None:
             timer.cancel()

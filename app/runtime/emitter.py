@@ -124,7 +124,8 @@ class StreamWriter:
             return
         try:
             await self.store.commit(batch)
-        except BaseException as exc:
+        except Exception as exc:
+            # A failed write may have left a gap: no later write of this stream may land.
             self._failure = self._failure or exc
             raise
 

@@ -9,10 +9,11 @@ owner is gone is taken over and resumed from its last committed step.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, Self
@@ -114,6 +115,8 @@ class AgentRuntime:
         self.active: dict[str, SessionRun] = {}
         """Every session (root or child) running in this process, by id."""
         self._roots: dict[str, asyncio.Task[Outcome]] = {}
+        self._local: set[str] = set()
+        """Root sessions this runtime runs or is starting: never taken over or resumed twice."""
         self._background: set[asyncio.Task[Any]] = set()
         self._remove_listener: Any = None
         self._state: Literal["new", "open", "closed"] = "new"
@@ -131,6 +134,8 @@ class AgentRuntime:
         self._remove_listener = self.store.add_interrupt_listener(self._heard_interrupt)
         self._spawn(self._renew_leases())
         if self.takeover_interval is not None:
+            # Our own sessions from before a restart are resumed now, before anything can start.
+            await self._take_over_orphans_once(own=True)
             self._spawn(self._take_over_orphans())
         return self
 
@@ -151,6 +156,7 @@ class AgentRuntime:
         for task in self._background:
             task.cancel()
         tasks = [run.task for run in runs if run.task is not None]
+        tasks += [task for run in runs for task in run.child_tasks]
         await asyncio.gather(
             *tasks, *self._roots.values(), *self._background, return_exceptions=True
         )
@@ -211,13 +217,14 @@ class AgentRuntime:
             lease_expires_at=now + self.lease_ms,
         )
         first = UserMessage(content=message)
-        await self.store.commit(
-            WriteBatch(
-                new_sessions=[record],
-                messages=[MessageAppend(session_id, 0, first)],
-                streams=[StreamUpdate(session_id, "running")],
+        with self._starting(session_id):
+            await self.store.commit(
+                WriteBatch(
+                    new_sessions=[record],
+                    messages=[MessageAppend(session_id, 0, first)],
+                    streams=[StreamUpdate(session_id, "running")],
+                )
             )
-        )
         writer = StreamWriter(self.store, session_id, 0, flush_delay=self.flush_delay)
         return self._launch(config, record, [first], writer)
 
@@ -242,8 +249,13 @@ class AgentRuntime:
                 f"Session {session_id!r} is a sub-agent: resume its root session "
                 f"{record.stream_id!r}"
             )
-        if session_id in self._roots:
+        if session_id in self._local:
             raise SessionRunningError(f"Session {session_id!r} is running")
+        with self._starting(session_id):
+            return await self._resume(record, message)
+
+    async def _resume(self, record: SessionRecord, message: str | None) -> RunHandle:
+        session_id = record.session_id
         messages = await self.store.load_messages(session_id)
         new_messages: list[Message] = []
         if record.status in ("completed", "failed", "terminated"):
@@ -299,6 +311,16 @@ class AgentRuntime:
             self.active[record.session_id].stop("interrupted", interrupt_reason)
         return handle
 
+    @contextlib.contextmanager
+    def _starting(self, session_id: str) -> Iterator[None]:
+        """Mark a root session as ours while it is being started; unmark it if that fails."""
+        self._local.add(session_id)
+        try:
+            yield
+        except BaseException:
+            self._local.discard(session_id)
+            raise
+
     def _launch(
         self,
         agent: AgentConfig,
@@ -321,6 +343,7 @@ class AgentRuntime:
             raise
         finally:
             self._roots.pop(run.session_id, None)
+            self._local.discard(run.session_id)
         await run.writer.drain()
         await self.store.release_session(run.session_id, self.owner_id)
         return outcome
@@ -402,21 +425,20 @@ class AgentRuntime:
                     run.stop("shutdown")
 
     async def _take_over_orphans(self) -> None:
-        own = True
+        assert self.takeover_interval is not None
         while True:
-            try:
-                orphans = await self.store.list_orphaned_sessions(
-                    owner_id=self.owner_id if own else None
-                )
-                own = False
-                for record in orphans:
-                    if record.session_id in self._roots:
-                        continue
-                    await self.take_over(record.session_id)
-            except Exception:
-                logger.exception("Taking over orphaned sessions failed")
-            assert self.takeover_interval is not None
             await asyncio.sleep(self.takeover_interval)
+            await self._take_over_orphans_once(own=False)
+
+    async def _take_over_orphans_once(self, *, own: bool) -> None:
+        try:
+            orphans = await self.store.list_orphaned_sessions(
+                owner_id=self.owner_id if own else None
+            )
+            for record in orphans:
+                await self.take_over(record.session_id)
+        except Exception:
+            logger.exception("Taking over orphaned sessions failed")
 
     async def take_over(self, session_id: str) -> RunHandle | None:
         """Resume a running session whose owner is gone; None if another process holds it.
@@ -424,24 +446,27 @@ class AgentRuntime:
         An interrupt requested while it had no owner is honoured: it stops at once.
         """
         self._check_open()
-        if session_id in self._roots:
+        if session_id in self._local:
             return None
-        if not await self.store.claim_session(session_id, self.owner_id, self.lease_ms):
-            return None
-        record = await self.store.get_session(session_id)
-        if record.status != "running" or not record.is_root:
-            await self.store.release_session(session_id, self.owner_id)
-            return None
-        logger.info("Taking over session %s", session_id)
-        flag = await self.store.check_interrupt_flag(session_id)
-        messages = await self.store.load_messages(session_id)
-        return await self._reopen(
-            record,
-            messages,
-            [],
-            interrupted=flag is not None,
-            interrupt_reason=flag.reason if flag else None,
-        )
+        with self._starting(session_id):
+            if not await self.store.claim_session(session_id, self.owner_id, self.lease_ms):
+                self._local.discard(session_id)
+                return None
+            record = await self.store.get_session(session_id)
+            if record.status != "running" or not record.is_root:
+                await self.store.release_session(session_id, self.owner_id)
+                self._local.discard(session_id)
+                return None
+            logger.info("Taking over session %s", session_id)
+            flag = await self.store.check_interrupt_flag(session_id)
+            messages = await self.store.load_messages(session_id)
+            return await self._reopen(
+                record,
+                messages,
+                [],
+                interrupted=flag is not None,
+                interrupt_reason=flag.reason if flag else None,
+            )
 
 
 def _json_input(input: Any) -> JsonValue:

@@ -98,6 +98,9 @@ class SessionRun:
         """This session's ref in its parent, kept in step with the session's status."""
         self.state: BaseModel | dict[str, Any] = agent.load_state(record.state)
         self.children: dict[str, SessionRun] = {}
+        """Running children, which a stop of this session reaches."""
+        self.child_tasks: set[asyncio.Task[Outcome]] = set()
+        """Every child's task (looking it up, opening it, running it) until it ends."""
         self.stop_reason: StopReason | None = None
         self.stop_message: str | None = None
         self.task: asyncio.Task[Any] | None = None
@@ -107,6 +110,8 @@ class SessionRun:
         """How many model responses the conversation holds (numbers tool calls without ids)."""
         self._usage = Usage(record.input_tokens, record.output_tokens)
         self._started = False
+        self._committing = False
+        self._stop_deferred = False
         self._ending = False
         self._fresh_calls = False
         """Whether the pending calls came from a model call of this run (so no child exists)."""
@@ -132,8 +137,11 @@ class SessionRun:
         self.stop_message = message
         for child in list(self.children.values()):
             child.stop(reason, message)
-        # A run that has not started yet sees `stop_reason` when it does.
-        if self._started and self.task is not None and not self.task.done():
+        # A run that has not started yet sees `stop_reason` when it does; one in the middle of a
+        # commit stops once the commit has landed and its in-memory state matches the store.
+        if self._committing:
+            self._stop_deferred = True
+        elif self._started and self.task is not None and not self.task.done():
             self.task.cancel()
 
     def emit(self, chunk_type: type[BaseChunk], **fields: Any) -> None:
@@ -377,10 +385,16 @@ class SessionRun:
     async def _commit(self, messages: Sequence[Message]) -> None:
         record = self._next_record(self._step)
         batch = WriteBatch(updated_sessions=[record], messages=self._appends(messages))
-        await self.writer.commit(batch)
+        self._committing = True
+        try:
+            await self.writer.commit(batch)
+        finally:
+            self._committing = False
         self.record = record
         self.messages.extend(messages)
         self._turn += sum(1 for message in messages if isinstance(message, AssistantMessage))
+        if self._stop_deferred:
+            raise asyncio.CancelledError
 
     async def _end(self, outcome: Outcome, messages: Sequence[Message] = ()) -> Outcome:
         """Commit the session's end: status, output or error, its chunk, and its parent's ref."""
@@ -414,9 +428,8 @@ class SessionRun:
 
     async def _stopped(self) -> Outcome:
         """End a run stopped from outside, once its children have recorded their own stop."""
-        children = [child.task for child in self.children.values() if child.task is not None]
-        if children:
-            await asyncio.gather(*children, return_exceptions=True)
+        if self.child_tasks:
+            await asyncio.gather(*self.child_tasks, return_exceptions=True)
         if self.stop_reason == "interrupted":
             outcome = Outcome("interrupted", error=self.stop_message)
         elif self.stop_reason == "parent_suspended":

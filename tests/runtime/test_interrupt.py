@@ -23,7 +23,7 @@ from app.models import (
     ToolCallReady,
 )
 from app.protocol import AssistantMessage, Chunk, ToolMessage
-from app.store import MemoryStore
+from app.store import MemoryStore, WriteBatch
 
 
 class Job(BaseModel):
@@ -257,3 +257,43 @@ async def wait_for_status(store: MemoryStore, session_id: str, status: str) -> N
     while (await store.get_session(session_id)).status != status:
         assert time.monotonic() < deadline, f"{session_id} never became {status}"
         await asyncio.sleep(0.01)
+
+
+class SlowCommitStore(MemoryStore):
+    """Applies a commit at once, then takes a while to answer, as a networked store does."""
+
+    async def commit(self, batch: WriteBatch) -> None:
+        await super().commit(batch)
+        await asyncio.sleep(0.003)
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.004, 0.011, 0.023, 0.047, 0.09])
+async def test_an_interrupt_landing_during_a_commit_still_stops_cleanly(delay: float) -> None:
+    calls: Counter[str] = Counter()
+    delays = {"root": 0.002, "processor": 0.002, "leaf": 0.002}
+    async with (
+        SlowCommitStore() as store,
+        AgentRuntime(build_tree(calls, delays), store=store) as runtime,
+    ):
+        handle = await runtime.execute("root", "go", session_id="r")
+        await asyncio.sleep(delay)
+        await runtime.interrupt("r")
+        stopped = await handle.result()
+        assert stopped.status in ("interrupted", "completed")
+        statuses = {
+            (await store.get_session(sid)).status for sid in TREE if await exists(store, sid)
+        }
+        assert "running" not in statuses
+        if stopped.status == "interrupted":
+            final = await (await runtime.resume("r")).result()
+            assert (final.status, final.output) == ("completed", "all parts processed ")
+        chunks = [chunk async for chunk in runtime.follow("r")]
+    assert [c.sequence for c in chunks] == list(range(1, len(chunks) + 1))
+
+
+async def exists(store: MemoryStore, session_id: str) -> bool:
+    try:
+        await store.get_session(session_id)
+    except SessionNotFoundError:
+        return False
+    return True
