@@ -1,18 +1,21 @@
 """Store fixtures: the contract suite runs against every backend in `BACKENDS`.
 
 PostgreSQL tests use the server at `TEST_POSTGRES_URL` (default
-`postgresql+asyncpg://postgres@127.0.0.1:5432/test`), each in a fresh database of its own that is
-dropped afterwards. When that server cannot be reached they fail if `CI` is set, and are skipped
-with the reason otherwise. Every test here also fails if it blocked the event loop.
+`postgresql+asyncpg://postgres@127.0.0.1:5432/test`), each in an empty database of its own.
+Creating a database costs up to half a second, so each test run creates a few, empties one
+(`DROP SCHEMA public CASCADE`) before lending it to the next test, and drops them all at the end.
+When that server cannot be reached the tests fail if `CI` is set, and are skipped with the reason
+otherwise. Every test here also fails if it blocked the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import os
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import asyncpg  # type: ignore[import-untyped]
@@ -65,24 +68,59 @@ async def _require_postgres() -> None:
         pytest.skip(reason)
 
 
+_RUN = uuid.uuid4().hex[:8]
+_created: list[str] = []
+_free: list[str] = []
+
+
 @contextlib.asynccontextmanager
 async def postgres_database() -> AsyncIterator[str]:
-    """A fresh, empty PostgreSQL database for one test; dropped afterwards."""
+    """An empty PostgreSQL database for one test, used by no one else meanwhile."""
     await _require_postgres()
-    name = f"store_test_{uuid.uuid4().hex[:16]}"
-    admin = await _admin()
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await admin.close()
+    if _free:
+        name = _free.pop()
+        await _empty(name)
+    else:
+        name = f"store_test_{_RUN}_{len(_created)}"
+        admin = await _admin()
+        try:
+            await admin.execute(f'CREATE DATABASE "{name}"')
+        finally:
+            await admin.close()
+        _created.append(name)
     try:
         yield make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
     finally:
-        admin = await _admin()
-        try:
+        _free.append(name)
+
+
+async def _empty(name: str) -> None:
+    connection = await asyncpg.connect(_dsn(name), timeout=5)
+    try:
+        await connection.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        await connection.execute("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
+    finally:
+        await connection.close()
+
+
+async def _drop_created() -> None:
+    admin = await _admin()
+    try:
+        for name in _created:
             await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await admin.close()
+    finally:
+        await admin.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _drop_test_databases() -> Iterator[None]:
+    yield
+    if _created:
+        with concurrent.futures.ThreadPoolExecutor(1) as thread:
+            thread.submit(asyncio.run, _drop_created()).result()
 
 
 @contextlib.asynccontextmanager
@@ -101,6 +139,13 @@ async def database_url(backend: str, folder: Path) -> AsyncIterator[str]:
 async def sql_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
     """A fresh, empty database on each SQL backend."""
     async with database_url(request.param, tmp_path) as url:
+        yield url
+
+
+@pytest.fixture
+async def postgres_url() -> AsyncIterator[str]:
+    """A fresh, empty PostgreSQL database."""
+    async with postgres_database() as url:
         yield url
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,12 +35,38 @@ Progress = tuple[int, SessionStatus]
 """A stream's last sequence and status."""
 
 
+class _Unknown(enum.Enum):
+    UNKNOWN = enum.auto()
+
+
+UNKNOWN = _Unknown.UNKNOWN
+"""No one has read the stream since its waiters were last woken."""
+
+Seen = Progress | None | _Unknown
+"""What is known of a stream: its progress, None if it does not exist yet, or UNKNOWN."""
+
+
+Change = tuple[int | None, str | None]
+"""What a notification reports of a stream: its new last sequence and status, where changed."""
+
+
+def _newer(change: Change, seen: Progress | None) -> bool:
+    sequence, status = change
+    return (
+        seen is None
+        or (sequence is not None and sequence > seen[0])
+        or (status is not None and status != seen[1])
+    )
+
+
 @dataclass(slots=True)
 class _Waited:
     event: asyncio.Event = field(default_factory=asyncio.Event)
     waiters: int = 0
-    known: Progress | None = None
-    """The stream's progress as last seen by a waiter or the poller; None once woken locally."""
+    known: Seen = UNKNOWN
+    """The stream as last read by a waiter or the poller."""
+    pending: list[Change] = field(default_factory=list)
+    """Notifications that arrived while `known` was UNKNOWN, judged by the next read."""
 
 
 class StreamWaiters:
@@ -62,8 +89,11 @@ class StreamWaiters:
     def note(self, stream_id: str, progress: Progress | None) -> bool:
         """Record what a waiter read after registering; False when it is already stale."""
         waited = self._streams[stream_id]
-        if waited.known is None:
+        if waited.known is UNKNOWN:
+            if any(_newer(change, progress) for change in waited.pending):
+                return False
             waited.known = progress
+            waited.pending.clear()
             return True
         return waited.known == progress
 
@@ -74,7 +104,7 @@ class StreamWaiters:
         if waited.waiters == 0:
             del self._streams[stream_id]
 
-    def wake(self, stream_ids: set[str] | list[str], *, seen: Progress | None = None) -> None:
+    def wake(self, stream_ids: set[str] | list[str], *, seen: Seen = UNKNOWN) -> None:
         """Wake the streams' waiters."""
         for stream_id in stream_ids:
             waited = self._streams.get(stream_id)
@@ -82,6 +112,7 @@ class StreamWaiters:
                 waited.event.set()
                 waited.event = asyncio.Event()
                 waited.known = seen
+                waited.pending.clear()
 
     def wake_all(self) -> None:
         """Wake every waiter (a reconnect or close: whatever happened meanwhile is unknown)."""
@@ -91,13 +122,32 @@ class StreamWaiters:
         """The streams someone waits on."""
         return list(self._streams)
 
+    def notified(self, stream_id: str, sequence: int | None, status: str | None) -> None:
+        """Another process changed the stream: wake its waiters unless they have seen it.
+
+        A notification may arrive after a waiter already read what it reports; only what is
+        newer than the waiter's read (a higher sequence, another status) wakes it. One that
+        arrives before the waiter's read is judged against that read (`note`).
+        """
+        waited = self._streams.get(stream_id)
+        if waited is None:
+            return
+        if waited.known is UNKNOWN:
+            waited.pending.append((sequence, status))
+        elif _newer((sequence, status), waited.known):
+            self.wake([stream_id])
+
     def observe(self, stream_id: str, progress: Progress) -> None:
         """The poller read the stream: wake its waiters if it moved since last seen."""
         waited = self._streams.get(stream_id)
         if waited is None:
             return
-        if waited.known is None:
-            waited.known = progress
+        if waited.known is UNKNOWN:
+            if any(_newer(change, progress) for change in waited.pending):
+                self.wake([stream_id], seen=progress)
+            else:
+                waited.known = progress
+                waited.pending.clear()
         elif waited.known != progress:
             self.wake([stream_id], seen=progress)
 
@@ -188,7 +238,7 @@ class PgListener:
         engine: AsyncEngine,
         *,
         origin: str,
-        on_stream: Callable[[str], None],
+        on_stream: Callable[[str, int | None, str | None], None],
         on_interrupt: Callable[[str], None],
         on_reconnect: Callable[[], None],
         on_lost: Callable[[], None],
@@ -261,10 +311,14 @@ class PgListener:
         self._lost.set()
 
     def _notified(self, _connection: Any, _pid: int, channel: str, payload: str) -> None:
-        origin, _, target = payload.partition(" ")
-        if origin == self._origin:
+        if payload.startswith(f"{self._origin} "):
             return
         if channel == STREAM_CHANNEL:
-            self._on_stream(target)
+            _, sequence, status, stream_id = payload.split(" ", 3)
+            self._on_stream(
+                stream_id,
+                int(sequence) if sequence.isdigit() else None,
+                None if status == "-" else status,
+            )
         else:
-            self._on_interrupt(target)
+            self._on_interrupt(payload.partition(" ")[2])

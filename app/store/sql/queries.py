@@ -48,7 +48,7 @@ from app.store.sql.tables import (
 )
 
 STREAM_CHANNEL = "agent_server_stream"
-"""The LISTEN/NOTIFY channel of stream changes; the payload is `<origin token> <stream id>`."""
+"""The LISTEN/NOTIFY channel of stream changes (payload: see `writes.stream_change_payload`)."""
 
 INTERRUPT_CHANNEL = "agent_server_interrupt"
 """The LISTEN/NOTIFY channel of raised interrupt flags; the payload is `<origin> <session id>`."""
@@ -163,11 +163,9 @@ class Queries:
         self.upsert_stream_status = driver(upsert(streams, ("stream_id",), last_sequence="0"))
         self.notify = driver(
             text(
-                "SELECT pg_notify(:channel, :origin || ' ' || id) FROM unnest(:ids) AS id"
+                "SELECT pg_notify(:channel, payload) FROM unnest(:payloads) AS payload"
             ).bindparams(
-                bindparam("channel", type_=String),
-                bindparam("origin", type_=String),
-                bindparam("ids", type_=ARRAY(String)),
+                bindparam("channel", type_=String), bindparam("payloads", type_=ARRAY(String))
             )
         )
 

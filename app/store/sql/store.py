@@ -92,7 +92,8 @@ class SqlStore(StateStore):
     async def _open(self) -> None:
         pg = self.backend == "postgresql"
         if not pg:
-            ensure_sqlite_folder(self._url)
+            with translate_errors("create the database's folder"):
+                ensure_sqlite_folder(self._url)
         self._engine = create_engine(self._url, self.backend, pool_size=self._pool_size)
         try:
             with translate_errors("migrate the database"):
@@ -110,7 +111,7 @@ class SqlStore(StateStore):
                 self._listener = PgListener(
                     create_engine(self._url, self.backend, listener=True),
                     origin=self._origin,
-                    on_stream=lambda stream_id: self._waiters.wake([stream_id]),
+                    on_stream=self._waiters.notified,
                     on_interrupt=self._notify_interrupt,
                     on_reconnect=self._on_reconnect,
                     on_lost=self._ensure_polling,
@@ -260,9 +261,10 @@ class SqlStore(StateStore):
             async with self._connections.acquire() as conn, conn.transaction():
                 await conn.execute(self._queries.set_flag, row)
                 if self.backend == "postgresql":
+                    payload = f"{self._origin} {session_id}"
                     await conn.fetch(
                         self._queries.notify,
-                        {"channel": INTERRUPT_CHANNEL, "origin": self._origin, "ids": [session_id]},
+                        {"channel": INTERRUPT_CHANNEL, "payloads": [payload]},
                     )
         if self._poller is not None:
             self._poller.flag_seen(session_id, requested_at)

@@ -29,6 +29,11 @@ from app.store.sql.queries import (
 from app.store.sql.rows import chunk_body, message_body, ref_row, session_row, session_update_row
 
 
+def stream_change_payload(origin: str, stream_id: str, sequence: int | str, status: str) -> str:
+    """A stream notification: `<origin> <last sequence or -> <new status or -> <stream id>`."""
+    return f"{origin} {sequence} {status} {stream_id}"
+
+
 def batch_size(batch: WriteBatch) -> int:
     """How many rows the batch writes, roughly: what bounds a group's size."""
     return (
@@ -117,7 +122,7 @@ class BatchWriter:
             await conn.many(q.advance_streams, advanced)
         if new_chunks:
             await conn.many(q.insert_chunks, new_chunks)
-        touched = {row["stream_id"] for row in advanced}
+        touched = {row["stream_id"]: (row["last_sequence"], "-") for row in advanced}
         statuses = {update.stream_id: update.status for b in batches for update in b.streams}
         if statuses:
             await conn.many(
@@ -131,13 +136,15 @@ class BatchWriter:
                     for stream_id, status in statuses.items()
                 ],
             )
-            touched.update(statuses)
+            for stream_id, status in statuses.items():
+                touched[stream_id] = (touched.get(stream_id, ("-", "-"))[0], status)
         if touched and self._notify:
-            await conn.fetch(
-                q.notify,
-                {"channel": STREAM_CHANNEL, "origin": self._origin, "ids": sorted(touched)},
-            )
-        return touched
+            payloads = [
+                stream_change_payload(self._origin, stream_id, sequence, status)
+                for stream_id, (sequence, status) in sorted(touched.items())
+            ]
+            await conn.fetch(q.notify, {"channel": STREAM_CHANNEL, "payloads": payloads})
+        return set(touched)
 
     def _new_sessions(self, batches: Sequence[WriteBatch], known: _Known) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = []

@@ -1,0 +1,151 @@
+"""Two stores on one database, as two server processes would be: wake-ups and flags cross over."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import asyncpg  # type: ignore[import-untyped]
+import pytest
+from sqlalchemy.engine import make_url
+
+from app.protocol import TextDeltaChunk
+from app.store import ChunkAppend, StreamUpdate, WriteBatch
+from app.store.sql import SqlStore
+
+WAKE_LIMIT = 1.0
+"""Seconds another instance may take to hear of a commit (NOTIFY: ms; SQLite polls: ~25 ms)."""
+
+
+def delta(stream_id: str, sequence: int) -> TextDeltaChunk:
+    return TextDeltaChunk(
+        sequence=sequence, agent_id=stream_id, agent_type="a", step=1, timestamp=1, delta="x"
+    )
+
+
+@pytest.fixture
+async def pair(sql_url: str) -> AsyncIterator[tuple[SqlStore, SqlStore]]:
+    async with SqlStore(sql_url) as writer, SqlStore(sql_url) as reader:
+        yield writer, reader
+
+
+async def timed(awaitable: object) -> float:
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await asyncio.wait_for(awaitable, 10)  # type: ignore[arg-type]
+    return loop.time() - started
+
+
+async def test_a_chunk_committed_by_one_instance_wakes_a_waiter_in_the_other(
+    pair: tuple[SqlStore, SqlStore],
+) -> None:
+    writer, reader = pair
+    await writer.commit(WriteBatch(chunks=[ChunkAppend("s", [delta("s", 1)])]))
+    for sequence in (2, 3, 4):
+        waiter = asyncio.create_task(reader.wait_for_stream("s", after=sequence - 1, timeout=10))
+        await asyncio.sleep(0.05)
+        assert not waiter.done()
+        await writer.commit(WriteBatch(chunks=[ChunkAppend("s", [delta("s", sequence)])]))
+        assert await timed(waiter) < WAKE_LIMIT
+    assert [c.sequence for c in await reader.read_chunks("s")] == [1, 2, 3, 4]
+
+
+async def test_a_status_change_wakes_the_other_instance(pair: tuple[SqlStore, SqlStore]) -> None:
+    writer, reader = pair
+    await writer.commit(WriteBatch(streams=[StreamUpdate("s", "running")]))
+    waiter = asyncio.create_task(reader.wait_for_stream("s", after=0, timeout=10))
+    await asyncio.sleep(0.05)
+    assert not waiter.done()
+    await writer.commit(WriteBatch(streams=[StreamUpdate("s", "completed")]))
+    assert await timed(waiter) < WAKE_LIMIT
+    assert (await reader.get_stream("s")).status == "completed"
+
+
+async def test_a_waiter_on_a_stream_that_does_not_exist_yet_wakes(
+    pair: tuple[SqlStore, SqlStore],
+) -> None:
+    writer, reader = pair
+    waiter = asyncio.create_task(reader.wait_for_stream("new", after=0, timeout=10))
+    await asyncio.sleep(0.05)
+    await writer.commit(WriteBatch(chunks=[ChunkAppend("new", [delta("new", 1)])]))
+    assert await timed(waiter) < WAKE_LIMIT
+
+
+async def test_an_interrupt_raised_by_one_instance_reaches_the_others_listener(
+    pair: tuple[SqlStore, SqlStore],
+) -> None:
+    setter, runner = pair
+    heard: list[str] = []
+    arrived = asyncio.Event()
+
+    def listener(session_id: str) -> None:
+        heard.append(session_id)
+        arrived.set()
+
+    remove = runner.add_interrupt_listener(listener)
+    await asyncio.sleep(0.05)
+    await setter.set_interrupt_flag("run-1", "stop")
+    assert await timed(arrived.wait()) < WAKE_LIMIT
+    assert heard == ["run-1"]
+    flag = await runner.check_interrupt_flag("run-1")
+    assert flag is not None
+    assert (flag.session_id, flag.reason) == ("run-1", "stop")
+    assert await setter.check_interrupt_flag("run-1") is None
+    remove()
+
+
+async def test_every_interrupt_is_seen_exactly_once_across_instances(
+    pair: tuple[SqlStore, SqlStore],
+) -> None:
+    first, second = pair
+    sets = 60
+    seen: list[str] = []
+    done = asyncio.Event()
+
+    async def checker(store: SqlStore) -> None:
+        while not done.is_set() or len(seen) < sets:
+            for i in range(sets):
+                flag = await store.check_interrupt_flag(f"flag-{i}")
+                if flag is not None:
+                    seen.append(flag.session_id)
+            await asyncio.sleep(0)
+
+    checkers = [asyncio.create_task(checker(store)) for store in (first, second) * 3]
+    setters = (first, second)
+    await asyncio.gather(
+        *(setters[i % 2].set_interrupt_flag(f"flag-{i}", f"r{i}") for i in range(sets))
+    )
+    done.set()
+    await asyncio.wait_for(asyncio.gather(*checkers), 60)
+    assert sorted(seen) == sorted(f"flag-{i}" for i in range(sets))
+
+
+async def test_wake_ups_survive_a_lost_listen_connection(postgres_url: str) -> None:
+    async with SqlStore(postgres_url) as writer, SqlStore(postgres_url) as reader:
+        await terminate_listeners(postgres_url)
+        # While the reader reconnects it polls, and once back it hears notifications again.
+        for sequence in (1, 2, 3):
+            wait = reader.wait_for_stream("s", after=sequence - 1, timeout=10)
+            waiter = asyncio.create_task(wait)
+            await asyncio.sleep(0.05)
+            await writer.commit(WriteBatch(chunks=[ChunkAppend("s", [delta("s", sequence)])]))
+            assert await timed(waiter) < WAKE_LIMIT
+            await asyncio.sleep(0.3)
+        heard = asyncio.Event()
+        reader.add_interrupt_listener(lambda _session_id: heard.set())
+        await writer.set_interrupt_flag("x")
+        assert await timed(heard.wait()) < WAKE_LIMIT
+
+
+async def terminate_listeners(sql_url: str) -> None:
+    url = make_url(sql_url)
+    connection = await asyncpg.connect(url.set(drivername="postgresql").render_as_string(False))
+    with contextlib.suppress(asyncpg.PostgresError):
+        killed = await connection.fetch(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = $1 AND query LIKE 'LISTEN%'",
+            url.database,
+        )
+        assert killed
+    await connection.close()

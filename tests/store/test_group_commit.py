@@ -1,0 +1,241 @@
+"""Group commit: concurrent commits share transactions, keep their order, and fail alone."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator, Sequence
+
+import pytest
+
+from app.errors import SessionExistsError, SessionNotFoundError, StoreClosedError
+from app.protocol import SubSessionRef, TextDeltaChunk, UserMessage
+from app.store import (
+    ChunkAppend,
+    MessageAppend,
+    RefUpsert,
+    SessionRecord,
+    StreamUpdate,
+    WriteBatch,
+)
+from app.store.sql import SqlStore
+from app.store.sql.group_commit import GroupCommitter
+
+
+def delta(stream_id: str, sequence: int) -> TextDeltaChunk:
+    return TextDeltaChunk(
+        sequence=sequence, agent_id=stream_id, agent_type="a", step=1, timestamp=1, delta="x"
+    )
+
+
+def session(session_id: str, **changes: object) -> SessionRecord:
+    record = SessionRecord(session_id, "agent", session_id, "running", 1, 1)
+    return dataclasses.replace(record, **changes)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def sql_store(sql_url: str) -> AsyncIterator[SqlStore]:
+    async with SqlStore(sql_url) as store:
+        yield store
+
+
+# -- against a database ---------------------------------------------------------------------------
+
+
+async def test_concurrent_commits_share_transactions_and_a_bad_batch_fails_alone(
+    sql_store: SqlStore,
+) -> None:
+    streams, per_stream = 20, 10
+    bad_stream, bad_sequence = "st-7", 5
+
+    async def writer(stream_id: str) -> list[BaseException | None]:
+        outcomes: list[BaseException | None] = []
+        for sequence in range(1, per_stream + 1):
+            wrong = stream_id == bad_stream and sequence == bad_sequence
+            chunk = delta(stream_id, sequence + 100 if wrong else sequence)
+            try:
+                await sql_store.commit(WriteBatch(chunks=[ChunkAppend(stream_id, [chunk])]))
+            except SessionExistsError as exc:
+                outcomes.append(exc)
+                fixed = delta(stream_id, sequence)
+                await sql_store.commit(WriteBatch(chunks=[ChunkAppend(stream_id, [fixed])]))
+                continue
+            outcomes.append(None)
+        return outcomes
+
+    groups_before = sql_store.commit_groups
+    results = await asyncio.gather(*(writer(f"st-{i}") for i in range(streams)))
+
+    for index, outcomes in enumerate(results):
+        failed = [position + 1 for position, error in enumerate(outcomes) if error is not None]
+        if f"st-{index}" == bad_stream:
+            assert failed == [bad_sequence]
+            assert "does not follow 4" in str(outcomes[bad_sequence - 1])
+        else:
+            assert failed == []
+    for index in range(streams):
+        stream_id = f"st-{index}"
+        chunks = await sql_store.read_chunks(stream_id)
+        assert [c.sequence for c in chunks] == list(range(1, per_stream + 1))
+        assert {c.agent_id for c in chunks} == {stream_id}
+        assert (await sql_store.get_stream(stream_id)).last_sequence == per_stream
+    commits = streams * per_stream
+    assert sql_store.commit_groups - groups_before < commits / 2
+
+
+async def test_commits_issued_together_land_in_arrival_order(sql_store: SqlStore) -> None:
+    tasks = [
+        asyncio.create_task(
+            sql_store.commit(WriteBatch(chunks=[ChunkAppend("ordered", [delta("ordered", n)])]))
+        )
+        for n in range(1, 201)
+    ]
+    await asyncio.gather(*tasks)
+    assert [c.sequence for c in await sql_store.read_chunks("ordered")] == list(range(1, 201))
+
+
+async def test_each_failing_batch_gets_its_own_error(sql_store: SqlStore) -> None:
+    await sql_store.commit(WriteBatch(new_sessions=[session("taken", idempotency_key="k")]))
+    ref = SubSessionRef(
+        sub_session_id="p-sub-1", agent_type="c", parent_tool_call_id="1", status="running",
+        started_at=1,
+    )  # fmt: skip
+    batches = [
+        WriteBatch(new_sessions=[session("fresh-1")]),
+        WriteBatch(new_sessions=[session("taken")]),
+        WriteBatch(updated_sessions=[session("ghost")]),
+        WriteBatch(new_sessions=[session("other", idempotency_key="k")]),
+        WriteBatch(messages=[MessageAppend("fresh-1", 1, UserMessage(content="gap"))]),
+        WriteBatch(
+            messages=[MessageAppend("fresh-1", 0, UserMessage(content="hi"))],
+            refs=[RefUpsert("fresh-1", ref)],
+            streams=[StreamUpdate("fresh-1", "running")],
+        ),
+        WriteBatch(updated_sessions=[session("fresh-1", step_count=3)]),
+    ]
+    outcomes = await asyncio.gather(
+        *(sql_store.commit(batch) for batch in batches), return_exceptions=True
+    )
+    assert [type(outcome) for outcome in outcomes] == [
+        type(None),
+        SessionExistsError,
+        SessionNotFoundError,
+        SessionExistsError,
+        SessionExistsError,
+        type(None),
+        type(None),
+    ]
+    assert (await sql_store.get_session("fresh-1")).step_count == 3
+    assert await sql_store.load_messages("fresh-1") == [UserMessage(content="hi")]
+    assert await sql_store.get_sub_session_refs("fresh-1") == [ref]
+    with pytest.raises(SessionNotFoundError):
+        await sql_store.get_session("other")
+
+
+async def test_an_update_before_its_session_is_created_fails_even_when_grouped(
+    sql_store: SqlStore,
+) -> None:
+    outcomes = await asyncio.gather(
+        sql_store.commit(WriteBatch(updated_sessions=[session("later", step_count=1)])),
+        sql_store.commit(WriteBatch(new_sessions=[session("later")])),
+        return_exceptions=True,
+    )
+    assert isinstance(outcomes[0], SessionNotFoundError)
+    assert outcomes[1] is None
+    assert (await sql_store.get_session("later")).step_count == 0
+
+
+async def test_closing_commits_what_is_queued(sql_url: str) -> None:
+    store = SqlStore(sql_url)
+    await store.__aenter__()
+    tasks = [
+        asyncio.create_task(store.commit(WriteBatch(new_sessions=[session(f"q-{n}")])))
+        for n in range(50)
+    ]
+    await asyncio.sleep(0)
+    await store.__aexit__(None, None, None)
+    await asyncio.gather(*tasks)
+    async with SqlStore(sql_url) as reopened:
+        for n in range(50):
+            assert (await reopened.get_session(f"q-{n}")).session_id == f"q-{n}"
+
+
+# -- the committer alone --------------------------------------------------------------------------
+
+
+class FakeDatabase:
+    """Records the groups applied; refuses any group holding a batch marked bad."""
+
+    def __init__(self) -> None:
+        self.groups: list[list[str]] = []
+        self.landed: list[str] = []
+        self.gate = asyncio.Event()
+        self.gate.set()
+
+    async def apply(self, batches: Sequence[WriteBatch]) -> None:
+        names = [batch.streams[0].stream_id for batch in batches]
+        self.groups.append(names)
+        await self.gate.wait()
+        if any(name.startswith("bad") for name in names):
+            raise SessionExistsError(f"refused {names}")
+        self.landed.extend(names)
+
+
+def named(name: str) -> WriteBatch:
+    return WriteBatch(streams=[StreamUpdate(name, "running")])
+
+
+async def test_a_failed_group_is_replayed_batch_by_batch() -> None:
+    database = FakeDatabase()
+    committer = GroupCommitter(database.apply)
+    committer.start()
+    database.gate.clear()
+    first = asyncio.create_task(committer.submit(named("first")))
+    await asyncio.sleep(0.01)
+    rest = [asyncio.create_task(committer.submit(named(n))) for n in ("a", "bad", "b")]
+    await asyncio.sleep(0.01)
+    database.gate.set()
+    await first
+    outcomes = await asyncio.gather(*rest, return_exceptions=True)
+    await committer.close()
+    assert database.groups == [["first"], ["a", "bad", "b"], ["a"], ["bad"], ["b"]]
+    assert database.landed == ["first", "a", "b"]
+    assert outcomes[0] is None
+    assert isinstance(outcomes[1], SessionExistsError)
+    assert str(outcomes[1]) == "refused ['bad']"
+    assert outcomes[2] is None
+
+
+async def test_a_commit_cancelled_while_queued_is_withdrawn() -> None:
+    database = FakeDatabase()
+    committer = GroupCommitter(database.apply, max_batches=2)
+    committer.start()
+    database.gate.clear()
+    first = asyncio.create_task(committer.submit(named("first")))
+    await asyncio.sleep(0.01)
+    withdrawn = asyncio.create_task(committer.submit(named("withdrawn")))
+    kept = asyncio.create_task(committer.submit(named("kept")))
+    await asyncio.sleep(0.01)
+    withdrawn.cancel()
+    database.gate.set()
+    await asyncio.gather(first, kept)
+    await committer.close()
+    assert database.landed == ["first", "kept"]
+    with pytest.raises(StoreClosedError):
+        await committer.submit(named("late"))
+
+
+async def test_groups_are_bounded() -> None:
+    database = FakeDatabase()
+    committer = GroupCommitter(database.apply, max_batches=4)
+    committer.start()
+    database.gate.clear()
+    blocker = asyncio.create_task(committer.submit(named("blocker")))
+    await asyncio.sleep(0.01)
+    tasks = [asyncio.create_task(committer.submit(named(f"n{i}"))) for i in range(10)]
+    await asyncio.sleep(0.01)
+    database.gate.set()
+    await asyncio.gather(blocker, *tasks)
+    await committer.close()
+    assert [len(group) for group in database.groups] == [1, 4, 4, 2]
+    assert database.landed == ["blocker", *(f"n{i}" for i in range(10))]

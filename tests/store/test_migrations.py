@@ -1,0 +1,128 @@
+"""The Alembic history builds exactly the schema the code declares, on both SQL backends."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import Connection, inspect
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.errors import DefinitionError, StoreError
+from app.store import WriteBatch, create_store
+from app.store.sql import SqlStore
+from app.store.sql.engines import create_engine, parse_url
+from app.store.sql.migrate import downgrade, upgrade
+from app.store.sql.tables import metadata
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def drift(connection: Connection) -> list[Any]:
+    context = MigrationContext.configure(connection, opts={"compare_type": True})
+    return list(compare_metadata(context, metadata))
+
+
+def table_names(connection: Connection) -> set[str]:
+    return set(inspect(connection).get_table_names())
+
+
+async def inspect_with(engine: AsyncEngine, fn: Any) -> Any:
+    async with engine.connect() as connection:
+        return await connection.run_sync(fn)
+
+
+async def test_migrations_build_the_declared_schema_and_round_trip(sql_url: str) -> None:
+    url, backend = parse_url(sql_url)
+    if backend == "sqlite":
+        Path(url.database or "").parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, backend)
+    try:
+        assert await inspect_with(engine, table_names) == set()
+        await upgrade(engine, backend)
+        declared = set(metadata.tables)
+        assert await inspect_with(engine, table_names) == declared | {"alembic_version"}
+        assert await inspect_with(engine, drift) == []
+
+        await downgrade(engine, backend, "base")
+        assert await inspect_with(engine, table_names) == {"alembic_version"}
+
+        await upgrade(engine, backend)
+        assert await inspect_with(engine, drift) == []
+        await upgrade(engine, backend)
+    finally:
+        await engine.dispose()
+
+
+async def test_the_documented_command_migrates_by_hand(sql_url: str) -> None:
+    url, backend = parse_url(sql_url)
+    process = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).with_name("alembic")),
+        "upgrade",
+        "head",
+        cwd=REPO_ROOT,
+        env={**os.environ, "DATABASE_URL": sql_url},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    output, _ = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 0, output.decode()
+    engine = create_engine(url, backend)
+    try:
+        assert await inspect_with(engine, drift) == []
+    finally:
+        await engine.dispose()
+    async with SqlStore(sql_url) as store:
+        await store.commit(WriteBatch())
+
+
+async def test_replicas_opening_together_migrate_once(sql_url: str) -> None:
+    stores = [SqlStore(sql_url) for _ in range(3)]
+    await asyncio.gather(*(store.__aenter__() for store in stores))
+    try:
+        for store in stores:
+            assert store.is_open
+    finally:
+        await asyncio.gather(*(store.__aexit__(None, None, None) for store in stores))
+
+
+async def test_the_sqlite_folder_is_created(tmp_path: Path) -> None:
+    path = tmp_path / "a" / "b" / "store.db"
+    async with create_store(f"sqlite+aiosqlite:///{path}") as store:
+        assert isinstance(store, SqlStore)
+    assert path.exists()
+
+
+async def test_an_unusable_sqlite_path_is_a_store_error(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("not a folder")
+    store = SqlStore(f"sqlite+aiosqlite:///{tmp_path / 'file' / 'store.db'}")
+    with pytest.raises(StoreError):
+        await store.__aenter__()
+
+
+async def test_an_unreachable_postgres_is_a_store_error() -> None:
+    store = SqlStore("postgresql+asyncpg://postgres@127.0.0.1:9/nowhere")
+    with pytest.raises(StoreError) as raised:
+        await store.__aenter__()
+    assert "migrate the database" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite+aiosqlite:///:memory:",
+        "sqlite+aiosqlite://",
+        "sqlite:///file.db",
+        "postgresql+psycopg://localhost/db",
+        "not a url",
+    ],
+)
+def test_urls_the_store_cannot_use_are_refused_at_once(url: str) -> None:
+    with pytest.raises(DefinitionError):
+        SqlStore(url)
