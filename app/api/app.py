@@ -73,6 +73,7 @@ def create_app(registry: AgentRegistry, *, settings: Settings | None = None) -> 
                 with contextlib.suppress(asyncio.CancelledError):
                     await cleanup
                 app.state.runtime = None
+        await _close_models(registry)
 
     app = FastAPI(
         title="Agent server",
@@ -90,6 +91,16 @@ def create_app(registry: AgentRegistry, *, settings: Settings | None = None) -> 
     if settings.api_key is not None:
         app.add_middleware(ApiKeyMiddleware, api_key=settings.api_key.get_secret_value())
     return app
+
+
+async def _close_models(registry: AgentRegistry) -> None:
+    """Close the models the agents hold (a real model keeps an HTTP connection pool)."""
+    closed: set[int] = set()
+    for agent in registry:
+        aclose = getattr(agent.model, "aclose", None)
+        if aclose is not None and id(agent.model) not in closed:
+            closed.add(id(agent.model))
+            await aclose()
 
 
 async def _clean_up_streams(store: StateStore, settings: Settings) -> None:
