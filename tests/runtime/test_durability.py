@@ -1,0 +1,185 @@
+"""Durable by step, on every store: a run stopped between steps, or abandoned mid-step as by a
+crash, resumes on a fresh store instance without repeating a committed model or tool call."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from app import AgentRegistry, AgentRuntime, create_sub_agent_tool, define_agent, define_tool
+from app.agents import ToolContext
+from app.models import Model, ModelEvent, ModelRequest, TextDelta, ToolCall, ToolCallReady
+from app.protocol import ToolMessage
+from app.store import MemoryStore, StateStore, create_store
+from tests.store.conftest import database_url
+
+
+class Job(BaseModel):
+    message: str
+
+
+class Count(BaseModel):
+    n: int
+
+
+class Total(BaseModel):
+    total: int
+
+
+def build(calls: Counter[str], pause: dict[str, float]) -> AgentRegistry:
+    """A root delegating to 3 workers at once; each worker counts twice (two steps with a tool
+    call each) and finishes. Model calls are keyed by session and turn, tool calls by call id."""
+
+    async def count(input: Count, ctx: ToolContext[Any]) -> int:
+        calls[f"tool {ctx.session_id} {ctx.tool_call_id}"] += 1
+        await asyncio.sleep(pause.get("tool", 0))
+        return input.n + 1
+
+    class Scripted(Model):
+        def __init__(self, decide: Any) -> None:
+            self.decide = decide
+
+        async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+            turn = sum(m.role == "assistant" for m in request.messages)
+            calls[f"model {request.session_id} {turn}"] += 1
+            await asyncio.sleep(pause.get(request.agent_type, 0))
+            yield TextDelta(f"{request.agent_type} turn {turn}")
+            for call in self.decide(request, turn):
+                yield ToolCallReady(call)
+
+    def worker(request: ModelRequest, turn: int) -> list[ToolCall]:
+        if turn < 2:
+            return [ToolCall("count", {"n": turn})]
+        return [ToolCall("__finish__", {"total": turn})]
+
+    def root(request: ModelRequest, turn: int) -> list[ToolCall]:
+        if turn == 0:
+            return [ToolCall("subagent__worker", {"message": f"job {i}"}) for i in range(3)]
+        assert all(
+            isinstance(m.result, dict) for m in request.messages if isinstance(m, ToolMessage)
+        )
+        return []
+
+    tool = define_tool("count", description="Count.", input_schema=Count)(count)
+    worker_agent = define_agent("worker", tools=[tool], output_schema=Total, model=Scripted(worker))
+    root_agent = define_agent(
+        "root", tools=[create_sub_agent_tool(worker_agent, Job)], model=Scripted(root)
+    )
+    return AgentRegistry([root_agent])
+
+
+EVERY_CALL = Counter(
+    {"model r 0": 1, "model r 1": 1}
+    | {f"model r-sub-call-0-{i} {turn}": 1 for i in range(3) for turn in range(3)}
+    | {f"tool r-sub-call-0-{i} call-{turn}-0": 1 for i in range(3) for turn in range(2)}
+)
+"""Each model and tool call of the tree, once."""
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+async def opener(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
+    """Opens store instances on one database: a fresh instance each time (memory: the same)."""
+    if request.param == "memory":
+        memory = MemoryStore()
+        async with memory:
+
+            @contextlib.asynccontextmanager
+            async def same() -> AsyncIterator[StateStore]:
+                yield memory
+
+            yield same
+        return
+    async with database_url(request.param, tmp_path) as url:
+
+        @contextlib.asynccontextmanager
+        async def fresh() -> AsyncIterator[StateStore]:
+            async with create_store(url) as store:
+                yield store
+
+        yield fresh
+
+
+async def wait_until(condition: Any, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        await asyncio.sleep(0.005)
+
+
+async def test_a_run_stopped_between_steps_resumes_on_a_fresh_store(opener: Any) -> None:
+    calls: Counter[str] = Counter()
+    pause = {"worker": 0.05, "tool": 0.1}
+    registry = build(calls, pause)
+    async with opener() as store, AgentRuntime(registry, store=store) as runtime:
+        handle = await runtime.execute("root", "go", session_id="r")
+        # Every worker has made its first model call and is running its first tool.
+        await wait_until(lambda: sum(k.startswith("tool") for k in calls) == 3)
+        await runtime.interrupt("r", "pause")
+        assert (await handle.result()).status == "interrupted"
+        stopped = Counter(calls)
+    pause.clear()
+    async with opener() as store, AgentRuntime(registry, store=store) as runtime:
+        result = await (await runtime.resume("r")).result()
+        chunks = [chunk async for chunk in runtime.follow("r")]
+        workers = [(await runtime.status(f"r-sub-call-0-{i}")).status for i in range(3)]
+
+    assert (result.status, result.output) == ("completed", "root turn 1")
+    assert workers == ["completed"] * 3
+    assert [c.sequence for c in chunks] == list(range(1, len(chunks) + 1))
+    # The tools cut short by the interrupt ran again; nothing whose result was committed did.
+    assert stopped == Counter(
+        {"model r 0": 1}
+        | {f"model r-sub-call-0-{i} 0": 1 for i in range(3)}
+        | {f"tool r-sub-call-0-{i} call-0-0": 1 for i in range(3)}
+    )
+    assert calls == EVERY_CALL + Counter({f"tool r-sub-call-0-{i} call-0-0": 1 for i in range(3)})
+
+
+async def test_a_run_abandoned_mid_step_is_taken_over_on_a_fresh_store(opener: Any) -> None:
+    calls: Counter[str] = Counter()
+    pause = {"worker": 0.3}
+    registry = build(calls, pause)
+    async with opener() as store:
+        async with AgentRuntime(
+            registry, store=store, lease_ms=200, takeover_interval=None
+        ) as doomed:
+            await doomed.execute("root", "go", session_id="r")
+            # Each worker has committed its first step and is inside its second model call.
+            await wait_until(lambda: sum(k.endswith(" 1") and "sub" in k for k in calls) == 3)
+        # Leaving the block stops the runtime as a crash would: nothing more is written.
+        assert (await store.get_session("r")).status == "running"
+        crashed = Counter(calls)
+    pause.clear()
+    async with (
+        opener() as store,
+        AgentRuntime(registry, store=store, takeover_interval=0.05) as heir,
+    ):
+        await wait_until_completed(store, "r")
+        chunks = [chunk async for chunk in heir.follow("r")]
+        status = await heir.status("r")
+
+    assert status.output == "root turn 1"
+    assert [c.sequence for c in chunks] == list(range(1, len(chunks) + 1))
+    in_flight = Counter({f"model r-sub-call-0-{i} 1": 1 for i in range(3)})
+    assert crashed == Counter(
+        {"model r 0": 1}
+        | {f"model r-sub-call-0-{i} {t}": 1 for i in range(3) for t in range(2)}
+        | {f"tool r-sub-call-0-{i} call-0-0": 1 for i in range(3)}
+    )
+    # Only the model calls in flight at the crash were made again.
+    assert calls == EVERY_CALL + in_flight
+
+
+async def wait_until_completed(store: StateStore, session_id: str) -> None:
+    deadline = time.monotonic() + 15
+    while (await store.get_session(session_id)).status != "completed":
+        assert time.monotonic() < deadline, "the run was not finished by the takeover"
+        await asyncio.sleep(0.02)
