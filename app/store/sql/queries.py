@@ -59,13 +59,23 @@ CHECK_NEXT_MESSAGE = 2
 CHECK_LAST_SEQUENCE = 3
 
 
-def compile_for(statement: ClauseElement, dialect: Dialect) -> DriverSql:
+def compile_for(statement: ClauseElement, dialect: Dialect, *, columnar: bool = False) -> DriverSql:
     """`statement` as the driver's SQL; constants must be literal SQL, not bound values."""
     compiled = statement.compile(dialect=dialect)
     constants = [name for name, value in compiled.params.items() if value is not None]
     if constants:
         raise ValueError(f"Write constants as literal SQL, not parameters: {constants}")
-    return DriverSql(compiled.string, getattr(compiled, "positiontup", None) or ())
+    names = getattr(compiled, "positiontup", None) or ()
+    return DriverSql(compiled.string, names, columnar=columnar)
+
+
+def unnest_insert(table: Table) -> TextClause:
+    """PostgreSQL: insert many rows from one array parameter per column, in one statement."""
+    names = [column.name for column in table.columns]
+    return text(
+        f"INSERT INTO {table.name} ({', '.join(names)}) "
+        f"SELECT * FROM unnest({', '.join(f':{name}' for name in names)})"
+    ).bindparams(*(bindparam(column.name, type_=ARRAY(column.type)) for column in table.columns))
 
 
 def upsert(table: Table, key: tuple[str, ...], **values: str) -> TextClause:
@@ -107,6 +117,11 @@ class Queries:
         def driver(statement: ClauseElement) -> DriverSql:
             return compile_for(statement, dialect)
 
+        def bulk(table: Table) -> DriverSql:
+            if pg:
+                return compile_for(unnest_insert(table), dialect, columnar=True)
+            return driver(_insert(table))
+
         def kind(number: int) -> Any:
             return literal_column(str(number))
 
@@ -143,7 +158,7 @@ class Queries:
             .where(sessions.c.session_id == bindparam("b_session_id"))
             .values({name: bindparam(name) for name in UPDATED_COLUMNS})
         )
-        self.insert_messages = driver(_insert(messages))
+        self.insert_messages = bulk(messages)
         self.upsert_refs = driver(
             upsert(
                 sub_session_refs,
@@ -159,7 +174,7 @@ class Queries:
                 "ON CONFLICT (stream_id) DO UPDATE SET last_sequence = excluded.last_sequence"
             )
         )
-        self.insert_chunks = driver(_insert(chunks))
+        self.insert_chunks = bulk(chunks)
         self.upsert_stream_status = driver(upsert(streams, ("stream_id",), last_sequence="0"))
         self.notify = driver(
             text(

@@ -109,7 +109,7 @@ class BatchWriter:
         if updates:
             await conn.many(q.update_sessions, updates)
         if new_messages:
-            await conn.many(q.insert_messages, new_messages)
+            await conn.insert(q.insert_messages, new_messages)
         refs = {
             (upsert.parent_session_id, upsert.ref.sub_session_id): upsert
             for batch in batches
@@ -121,7 +121,7 @@ class BatchWriter:
         if advanced:
             await conn.many(q.advance_streams, advanced)
         if new_chunks:
-            await conn.many(q.insert_chunks, new_chunks)
+            await conn.insert(q.insert_chunks, new_chunks)
         touched = {row["stream_id"]: (row["last_sequence"], "-") for row in advanced}
         statuses = {update.stream_id: update.status for b in batches for update in b.streams}
         if statuses:
