@@ -39,8 +39,9 @@ def failure_result(error: str) -> dict[str, JsonValue]:
 
 async def run_sub_agent(
     parent: SessionRun, tool: SubAgentTool, call: ToolCall, fresh: bool
-) -> CallResult:
-    """Run the child for `call` to an outcome and return it as the parent's tool result."""
+) -> CallResult | None:
+    """Run the child for `call` to an outcome and return it as the parent's tool result; None
+    when the child was dropped because the parent suspended (the call stays unanswered)."""
     assert call.id is not None
     parsed = parse_arguments(call.name, tool.input_schema, call.arguments)
     if isinstance(parsed, CallResult):
@@ -61,6 +62,7 @@ async def run_sub_agent(
     parent.child_tasks.add(task)
     task.add_done_callback(parent.child_tasks.discard)
     outcome = await asyncio.shield(task)
+    suspended = outcome.failure_reason == "parent_suspended"
     if outcome.status == "completed":
         result = CallResult(result=outcome.output)
     elif outcome.status == "terminated":
@@ -79,7 +81,16 @@ async def run_sub_agent(
         result=result.result,
     )
     await fire(hooks.after_sub_agent, parent.hook_context(), agent.name, child_id, result.result)
-    return result
+    return None if suspended else result
+
+
+def _never_started(reason: str, message: str | None) -> Outcome:
+    """The outcome of a child whose parent stopped before the child was created."""
+    if reason == "interrupted":
+        return Outcome("interrupted", error=message)
+    if reason == "parent_suspended":
+        return Outcome("failed", error=message, failure_reason="parent_suspended")
+    return Outcome("failed", error=message or "Stopped")
 
 
 def _settled(existing: SessionRecord | None) -> Outcome | None:
@@ -90,7 +101,7 @@ def _settled(existing: SessionRecord | None) -> Outcome | None:
         return Outcome("completed", output=existing.output)
     if existing.status == "terminated":
         return Outcome("terminated")
-    if existing.status == "failed":
+    if existing.status == "failed" and existing.failure_reason != "parent_suspended":
         return Outcome("failed", error=existing.error)
     return None
 
@@ -105,16 +116,20 @@ async def _open_child(
 ) -> SessionRun:
     """Create the child session, or reopen an interrupted, paused or running one."""
     now = now_ms()
+    # A child dropped because its parent suspended starts again from scratch (seed 002).
+    restart = existing is not None and existing.failure_reason == "parent_suspended"
     ref = SubSessionRef(
         sub_session_id=child_id,
         agent_type=agent.name,
         parent_tool_call_id=call_id,
         status="running",
-        started_at=now if existing is None else existing.created_at,
+        started_at=existing.created_at if existing is not None and not restart else now,
     )
     batch = WriteBatch(refs=[RefUpsert(parent.session_id, ref)])
     messages: list[Message]
-    if existing is None:
+    if restart:
+        batch.cleared_messages.append(child_id)
+    if existing is None or restart:
         state = agent.initial_state(child_input)
         record = SessionRecord(
             session_id=child_id,
@@ -128,7 +143,10 @@ async def _open_child(
             input=child_input,
         )
         messages = [UserMessage(content=input_to_message(child_input))]
-        batch.new_sessions.append(record)
+        if existing is None:
+            batch.new_sessions.append(record)
+        else:
+            batch.updated_sessions.append(record)
         batch.messages.append(MessageAppend(child_id, 0, messages[0]))
     else:
         messages = await parent.runtime.store.load_messages(child_id)
@@ -158,12 +176,13 @@ async def _child_life(
     settled = _settled(existing)
     if settled is not None:
         return settled
-    if existing is None and parent.stop_reason is not None:
-        return Outcome("interrupted")
+    if existing is None and parent.child_stop is not None:
+        reason, message = parent.child_stop
+        return _never_started(reason, message)
     child = await _open_child(parent, tool.agent, call_id, child_id, child_input, existing)
     parent.children[child_id] = child
-    if parent.stop_reason is not None:
-        child.stop(parent.stop_reason, parent.stop_message)
+    if parent.child_stop is not None:
+        child.stop(*parent.child_stop)
     timer = None
     if tool.timeout is not None:
         timer = asyncio.get_running_loop().call_later(

@@ -13,7 +13,7 @@ import contextlib
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, Self
@@ -31,11 +31,12 @@ from app.errors import (
 )
 from app.ids import new_session_id, validate_session_id
 from app.protocol import Chunk, Message, SessionStatus, UserMessage
-from app.protocol.api import SessionStatusView, UsageView
+from app.protocol.api import ApprovalBody, SessionStatusView, ToolResultBody, UsageView
+from app.runtime.answers import Answers
 from app.runtime.calls import to_json
 from app.runtime.emitter import StreamWriter
 from app.runtime.reader import StreamFollower
-from app.runtime.session import Outcome, SessionRun
+from app.runtime.session import Outcome, SessionRun, unanswered_calls
 from app.store import (
     MemoryStore,
     MessageAppend,
@@ -233,16 +234,18 @@ class AgentRuntime:
         session_id: str,
         message: str | None = None,
         *,
-        tool_results: Any = None,
-        approvals: Any = None,
+        tool_results: Sequence[ToolResultBody | Mapping[str, Any]] | None = None,
+        approvals: Sequence[ApprovalBody | Mapping[str, Any]] | None = None,
     ) -> RunHandle:
-        """Resume an interrupted session from its checkpoint, or continue a finished one with a
-        new user message (a new turn with a fresh step budget)."""
+        """Resume an interrupted session from its checkpoint, continue a finished one with a new
+        user message (a new turn with a fresh step budget), or answer a paused one: a result for
+        each client tool call it waits for and a decision for each call awaiting approval.
+
+        A body that does not fit the session (unknown call ids, missing answers) raises
+        `InvalidRequestError` and changes nothing.
+        """
         self._check_open()
-        if tool_results or approvals:
-            raise SessionNotResumableError(
-                "Resuming with tool results or approvals is not supported yet"
-            )
+        answers = Answers.parse(tool_results, approvals)
         record = await self.store.get_session(session_id)
         if not record.is_root:
             raise SessionNotResumableError(
@@ -252,13 +255,28 @@ class AgentRuntime:
         if session_id in self._local:
             raise SessionRunningError(f"Session {session_id!r} is running")
         with self._starting(session_id):
-            return await self._resume(record, message)
+            return await self._resume(record, message, answers)
 
-    async def _resume(self, record: SessionRecord, message: str | None) -> RunHandle:
+    async def _resume(
+        self, record: SessionRecord, message: str | None, answers: Answers
+    ) -> RunHandle:
         session_id = record.session_id
         messages = await self.store.load_messages(session_id)
         new_messages: list[Message] = []
-        if record.status in ("completed", "failed", "terminated"):
+        approved: frozenset[str] = frozenset()
+        if record.status != "paused_awaiting_client" and not answers.empty:
+            raise InvalidRequestError(
+                f"Session {session_id!r} is {record.status}: it waits for no tool results or "
+                "approvals"
+            )
+        if record.status == "paused_awaiting_client":
+            if message is not None:
+                raise InvalidRequestError(
+                    f"Session {session_id!r} waits for tool results or approvals, not a message"
+                )
+            agent = self.registry.get(record.agent_type)
+            new_messages, approved = answers.apply(agent, unanswered_calls(messages))
+        elif record.status in ("completed", "failed", "terminated"):
             if message is None:
                 raise SessionNotResumableError(
                     f"Session {session_id!r} is {record.status}: continue it with a new message"
@@ -276,7 +294,7 @@ class AgentRuntime:
         if not await self.store.claim_session(session_id, self.owner_id, self.lease_ms):
             raise SessionRunningError(f"Session {session_id!r} is running in another process")
         await self.store.check_interrupt_flag(session_id)
-        return await self._reopen(record, messages, new_messages)
+        return await self._reopen(record, messages, new_messages, approved=approved)
 
     async def _reopen(
         self,
@@ -286,6 +304,7 @@ class AgentRuntime:
         *,
         interrupt_reason: str | None = None,
         interrupted: bool = False,
+        approved: frozenset[str] = frozenset(),
     ) -> RunHandle:
         config = self.registry.get(record.agent_type)
         try:
@@ -306,7 +325,7 @@ class AgentRuntime:
         writer = StreamWriter(
             self.store, record.stream_id, last_sequence, flush_delay=self.flush_delay
         )
-        handle = self._launch(config, record, messages + new_messages, writer)
+        handle = self._launch(config, record, messages + new_messages, writer, approved)
         if interrupted:
             self.active[record.session_id].stop("interrupted", interrupt_reason)
         return handle
@@ -327,8 +346,9 @@ class AgentRuntime:
         record: SessionRecord,
         messages: list[Message],
         writer: StreamWriter,
+        approved: frozenset[str] = frozenset(),
     ) -> RunHandle:
-        run = SessionRun(self, agent, record, messages, writer)
+        run = SessionRun(self, agent, record, messages, writer, approved=approved)
         task = asyncio.get_running_loop().create_task(self._run_root(run))
         run.task = task
         self._roots[record.session_id] = task

@@ -56,6 +56,19 @@ StopReason = Literal["interrupted", "timeout", "parent_suspended", "shutdown"]
 """Why a running session is being stopped from outside its loop."""
 
 
+def unanswered_calls(messages: Sequence[Message]) -> list[ToolCall]:
+    """The calls of the last model response that have no result yet, in call order."""
+    answered: set[str] = set()
+    for message in reversed(messages):
+        if isinstance(message, ToolMessage):
+            answered.add(message.tool_call_id)
+        elif isinstance(message, AssistantMessage):
+            return [call for call in message.tool_calls if call.id not in answered]
+        else:
+            return []
+    return []
+
+
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """How a run of a session ended."""
@@ -87,6 +100,7 @@ class SessionRun:
         *,
         parent: SessionRun | None = None,
         ref: SubSessionRef | None = None,
+        approved: frozenset[str] = frozenset(),
     ) -> None:
         self.runtime = runtime
         self.agent = agent
@@ -101,8 +115,13 @@ class SessionRun:
         """Running children, which a stop of this session reaches."""
         self.child_tasks: set[asyncio.Task[Outcome]] = set()
         """Every child's task (looking it up, opening it, running it) until it ends."""
+        self.approved = approved
+        """Calls needing approval that the client approved when it resumed this session."""
         self.stop_reason: StopReason | None = None
         self.stop_message: str | None = None
+        self.child_stop: tuple[StopReason, str | None] | None = None
+        """The stop every child gets, including one still being opened: set when this session
+        stops, or suspends for the client while children run."""
         self.task: asyncio.Task[Any] | None = None
         self._step = record.step_count
         """The step in progress: one past the committed count while a model call streams."""
@@ -135,14 +154,18 @@ class SessionRun:
             return
         self.stop_reason = reason
         self.stop_message = message
-        for child in list(self.children.values()):
-            child.stop(reason, message)
+        self._stop_children(reason, message)
         # A run that has not started yet sees `stop_reason` when it does; one in the middle of a
         # commit stops once the commit has landed and its in-memory state matches the store.
         if self._committing:
             self._stop_deferred = True
         elif self._started and self.task is not None and not self.task.done():
             self.task.cancel()
+
+    def _stop_children(self, reason: StopReason, message: str | None) -> None:
+        self.child_stop = self.child_stop or (reason, message)
+        for child in list(self.children.values()):
+            child.stop(reason, message)
 
     def emit(self, chunk_type: type[BaseChunk], **fields: Any) -> None:
         """Emit a chunk from this session into its root's stream."""
@@ -199,15 +222,7 @@ class SessionRun:
                 return outcome
 
     def _unanswered_calls(self) -> list[ToolCall]:
-        answered: set[str] = set()
-        for message in reversed(self.messages):
-            if isinstance(message, ToolMessage):
-                answered.add(message.tool_call_id)
-            elif isinstance(message, AssistantMessage):
-                return [call for call in message.tool_calls if call.id not in answered]
-            else:
-                return []
-        return []
+        return unanswered_calls(self.messages)
 
     # -- model phase ---------------------------------------------------------------------------
 
@@ -276,7 +291,10 @@ class SessionRun:
         for call in calls:
             if call.name != FINISH_TOOL_NAME:
                 self._emit_start(call)
-        if len(calls) == 1:
+        waiting = [call for call in calls if self._waits_for(call) is not None]
+        if waiting:
+            results = await self._suspending(calls, waiting, fresh)
+        elif len(calls) == 1:
             results = [await self._call(calls[0], fresh)]
         else:
             results = await asyncio.gather(*(self._call(call, fresh) for call in calls))
@@ -288,6 +306,39 @@ class SessionRun:
             return await self._end(finish, answered)
         await self._commit(answered)
         return None
+
+    async def _suspending(
+        self, calls: Sequence[ToolCall], waiting: Sequence[ToolCall], fresh: bool
+    ) -> list[_Called]:
+        """Run a step in which some calls wait for the client: the session suspends once the
+        step's own tools have finished. Sub-agents done by then count; those still running are
+        dropped, to start again when the session resumes (seed 002's cascade)."""
+        for call in waiting:
+            self.emit(
+                ToolPendingChunk,
+                tool_call_id=call.id,
+                tool_name=call.name,
+                arguments=call.arguments,
+                reason=self._waits_for(call),
+            )
+        others = [call for call in calls if call not in waiting]
+        tasks = [asyncio.ensure_future(self._call(call, fresh)) for call in others]
+        tools = [
+            task
+            for task, call in zip(tasks, others, strict=True)
+            if not isinstance(self.agent.tool_map.get(call.name), SubAgentTool)
+        ]
+        try:
+            if tools:
+                await asyncio.wait(tools)
+            self._stop_children("parent_suspended", "The parent session suspended")
+            done = await asyncio.gather(*tasks)
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            raise
+        results = dict(zip((call.id for call in others), done, strict=True))
+        return [results.get(call.id, _Called(None)) for call in calls]
 
     async def _call(self, call: ToolCall, fresh: bool) -> _Called:
         assert call.id is not None
@@ -309,20 +360,11 @@ class SessionRun:
         elif isinstance(tool, SubAgentTool):
             from app.runtime.delegation import run_sub_agent
 
-            result = await run_sub_agent(self, tool, call, fresh)
-        elif isinstance(tool, Tool):
-            if tool.is_client_tool or tool.requires_approval:
-                reason: Literal["client", "approval"] = (
-                    "client" if tool.is_client_tool else "approval"
-                )
-                self.emit(
-                    ToolPendingChunk,
-                    tool_call_id=call.id,
-                    tool_name=call.name,
-                    arguments=call.arguments,
-                    reason=reason,
-                )
+            delegated = await run_sub_agent(self, tool, call, fresh)
+            if delegated is None:
                 return _Called(None)
+            result = delegated
+        elif isinstance(tool, Tool):
             result = await self._execute(tool, call)
         else:
             assert_never(tool)
@@ -342,6 +384,17 @@ class SessionRun:
         self.emit(
             ToolStartChunk, tool_call_id=call.id, tool_name=call.name, arguments=call.arguments
         )
+
+    def _waits_for(self, call: ToolCall) -> Literal["client", "approval"] | None:
+        """Whether the call waits for the client's result or approval."""
+        tool = self.agent.tool_map.get(call.name)
+        if not isinstance(tool, Tool):
+            return None
+        if tool.is_client_tool:
+            return "client"
+        if tool.requires_approval and call.id not in self.approved:
+            return "approval"
+        return None
 
     async def _execute(self, tool: Tool, call: ToolCall) -> CallResult:
         parsed = parse_arguments(call.name, tool.input_schema, call.arguments)

@@ -111,12 +111,16 @@ class StreamUpdate:
 
 @dataclass(slots=True)
 class WriteBatch:
-    """Everything one atomic write changes; applied as sessions, messages, refs, chunks."""
+    """Everything one atomic write changes; applied as sessions, cleared conversations,
+    messages, refs, chunks."""
 
     new_sessions: list[SessionRecord] = field(default_factory=list)
     """Inserted; an existing id fails the whole batch with `SessionExistsError`."""
     updated_sessions: list[SessionRecord] = field(default_factory=list)
     """Replaced (lease fields excepted); a missing id fails it with `SessionNotFoundError`."""
+    cleared_messages: list[str] = field(default_factory=list)
+    """Sessions whose conversation is deleted before `messages` are appended (a child started
+    again from scratch); their next message index is 0."""
     messages: list[MessageAppend] = field(default_factory=list)
     refs: list[RefUpsert] = field(default_factory=list)
     chunks: list[ChunkAppend] = field(default_factory=list)
@@ -128,6 +132,7 @@ class WriteBatch:
         return not (
             self.new_sessions
             or self.updated_sessions
+            or self.cleared_messages
             or self.messages
             or self.refs
             or self.chunks

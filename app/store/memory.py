@@ -62,6 +62,8 @@ class MemoryStore(StateStore):
             self._messages.setdefault(record.session_id, [])
         for record in batch.updated_sessions:
             self._sessions[record.session_id] = record
+        for session_id in batch.cleared_messages:
+            self._messages[session_id] = []
         for append in batch.messages:
             self._messages.setdefault(append.session_id, []).append(append.message)
         for upsert in batch.refs:
@@ -98,7 +100,7 @@ class MemoryStore(StateStore):
         for record in batch.updated_sessions:
             if record.session_id not in self._sessions and record.session_id not in new_ids:
                 raise SessionNotFoundError(f"Session {record.session_id!r} not found")
-        counts: dict[str, int] = {}
+        counts: dict[str, int] = dict.fromkeys(batch.cleared_messages, 0)
         for append in batch.messages:
             expected = counts.get(append.session_id)
             if expected is None:

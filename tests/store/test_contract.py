@@ -436,3 +436,22 @@ async def test_a_closed_store_refuses_calls() -> None:
         pass
     with pytest.raises(StoreClosedError):
         await store.commit(WriteBatch())
+
+
+async def test_cleared_messages_restart_a_conversation_atomically(store: StateStore) -> None:
+    await create(store, session("a"))
+    first = [UserMessage(content="one"), AssistantMessage(content="two")]
+    await store.commit(WriteBatch(messages=[MessageAppend("a", i, m) for i, m in enumerate(first)]))
+    with pytest.raises(SessionExistsError):
+        await store.commit(
+            WriteBatch(
+                cleared_messages=["a"], messages=[MessageAppend("a", 2, UserMessage(content="x"))]
+            )
+        )
+    assert await store.load_messages("a") == first
+    await store.commit(
+        WriteBatch(
+            cleared_messages=["a"], messages=[MessageAppend("a", 0, UserMessage(content="again"))]
+        )
+    )
+    assert await store.load_messages("a") == [UserMessage(content="again")]
