@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.errors import DefinitionError, StoreError
 from app.store import WriteBatch, create_store
-from app.store.sql import SqlStore
+from app.store.sql import SqlStore, migrate
 from app.store.sql.engines import create_engine, parse_url
 from app.store.sql.migrate import downgrade, upgrade
 from app.store.sql.tables import metadata
@@ -90,6 +91,24 @@ async def test_replicas_opening_together_migrate_once(sql_url: str) -> None:
             assert store.is_open
     finally:
         await asyncio.gather(*(store.__aexit__(None, None, None) for store in stores))
+
+
+async def test_an_installed_server_finds_the_migrations_in_its_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shutil.copytree(
+        REPO_ROOT / "migrations",
+        tmp_path / "srv" / "migrations",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    missing = tmp_path / "site-packages" / "migrations"
+    copied = tmp_path / "srv" / "migrations"
+    monkeypatch.setattr(migrate, "MIGRATIONS_CANDIDATES", (missing, copied))
+    async with SqlStore(f"sqlite+aiosqlite:///{tmp_path / 'one.db'}") as store:
+        await store.commit(WriteBatch())
+    monkeypatch.setattr(migrate, "MIGRATIONS_CANDIDATES", (missing,))
+    with pytest.raises(StoreError, match="migrations were not found"):
+        await SqlStore(f"sqlite+aiosqlite:///{tmp_path / 'two.db'}").__aenter__()
 
 
 async def test_the_sqlite_folder_is_created(tmp_path: Path) -> None:

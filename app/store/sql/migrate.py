@@ -16,10 +16,25 @@ from alembic.config import Config
 from sqlalchemy import Connection, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.errors import StoreError
 from app.store.sql.engines import Backend
 
-MIGRATIONS_DIR = Path(__file__).resolve().parents[3] / "migrations"
-"""The Alembic script directory (one history for both backends)."""
+MIGRATIONS_CANDIDATES = (
+    Path(__file__).resolve().parents[3] / "migrations",
+    Path.cwd() / "migrations",
+)
+"""Where the Alembic script directory may be: beside the `app` package in a checkout, or in the
+working directory of an installed server (the Docker image copies it to /srv/migrations)."""
+
+
+def migrations_dir() -> Path:
+    """The Alembic script directory (one history for both backends)."""
+    for candidate in MIGRATIONS_CANDIDATES:
+        if (candidate / "env.py").is_file():
+            return candidate
+    looked = ", ".join(str(candidate) for candidate in MIGRATIONS_CANDIDATES)
+    raise StoreError(f"The store's Alembic migrations were not found (looked in {looked})")
+
 
 MIGRATION_LOCK_KEY = 0x5A_67_53_74
 """The PostgreSQL advisory lock that serialises migrations across processes."""
@@ -28,7 +43,7 @@ MIGRATION_LOCK_KEY = 0x5A_67_53_74
 def alembic_config(connection: Connection | None = None) -> Config:
     """An Alembic configuration for the store's history, bound to `connection` if given."""
     config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.set_main_option("script_location", str(migrations_dir()))
     if connection is not None:
         config.attributes["connection"] = connection
     return config
