@@ -145,6 +145,28 @@ async def test_an_update_before_its_session_is_created_fails_even_when_grouped(
     assert (await sql_store.get_session("later")).step_count == 0
 
 
+async def test_a_conversation_cleared_within_a_group_restarts_from_zero(
+    sql_store: SqlStore,
+) -> None:
+    def message(session_id: str, index: int, text: str) -> MessageAppend:
+        return MessageAppend(session_id, index, UserMessage(content=text))
+
+    await sql_store.commit(
+        WriteBatch(new_sessions=[session("c")], messages=[message("c", 0, "old")])
+    )
+    groups_before = sql_store.commit_groups
+    await asyncio.gather(
+        sql_store.commit(WriteBatch(messages=[message("c", 1, "dropped")])),
+        sql_store.commit(WriteBatch(cleared_messages=["c"], messages=[message("c", 0, "new")])),
+        sql_store.commit(WriteBatch(messages=[message("c", 1, "next")])),
+    )
+    assert sql_store.commit_groups - groups_before == 1
+    assert await sql_store.load_messages("c") == [
+        UserMessage(content="new"),
+        UserMessage(content="next"),
+    ]
+
+
 async def test_closing_commits_what_is_queued(sql_url: str) -> None:
     store = SqlStore(sql_url)
     await store.__aenter__()

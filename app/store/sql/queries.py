@@ -158,6 +158,7 @@ class Queries:
             .where(sessions.c.session_id == bindparam("b_session_id"))
             .values({name: bindparam(name) for name in UPDATED_COLUMNS})
         )
+        self.clear_messages = driver(delete(messages).where(among(messages.c.session_id, "ids")))
         self.insert_messages = bulk(messages)
         self.upsert_refs = driver(
             upsert(

@@ -39,6 +39,7 @@ def batch_size(batch: WriteBatch) -> int:
     return (
         len(batch.new_sessions)
         + len(batch.updated_sessions)
+        + len(batch.cleared_messages)
         + len(batch.messages)
         + len(batch.refs)
         + sum(len(append.chunks) for append in batch.chunks)
@@ -101,13 +102,15 @@ class BatchWriter:
         )
         new_sessions = self._new_sessions(batches, known)
         updates = self._updates(batches, known)
-        new_messages = self._messages(batches, known)
+        cleared, new_messages = self._messages(batches, known)
         new_chunks, advanced = self._chunks(batches, known)
 
         if new_sessions:
             await conn.many(q.insert_sessions, new_sessions)
         if updates:
             await conn.many(q.update_sessions, updates)
+        if cleared:
+            await conn.execute(q.clear_messages, {"ids": q.ids(sorted(cleared))})
         if new_messages:
             await conn.insert(q.insert_messages, new_messages)
         refs = {
@@ -178,10 +181,23 @@ class BatchWriter:
                 rows.append(session_update_row(record))
         return rows
 
-    def _messages(self, batches: Sequence[WriteBatch], known: _Known) -> list[dict[str, Any]]:
+    def _messages(
+        self, batches: Sequence[WriteBatch], known: _Known
+    ) -> tuple[set[str], list[dict[str, Any]]]:
+        """The conversations to clear first, and the messages to insert after.
+
+        A batch's `cleared_messages` restart those conversations at index 0; earlier batches'
+        messages for them would be deleted by it, so they are never written.
+        """
         following = known.next_message
+        cleared: set[str] = set()
         rows: list[dict[str, Any]] = []
         for batch in batches:
+            if batch.cleared_messages:
+                restarted = set(batch.cleared_messages)
+                cleared |= restarted
+                following.update(dict.fromkeys(restarted, 0))
+                rows = [row for row in rows if row["session_id"] not in restarted]
             for append in batch.messages:
                 expected = following.get(append.session_id, 0)
                 if append.index != expected:
@@ -197,7 +213,7 @@ class BatchWriter:
                         "body": message_body(append.message),
                     }
                 )
-        return rows
+        return cleared, rows
 
     def _chunks(
         self, batches: Sequence[WriteBatch], known: _Known
