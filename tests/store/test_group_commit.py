@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import AsyncIterator, Sequence
+from typing import Literal
 
 import pytest
 
@@ -97,9 +98,12 @@ async def test_commits_issued_together_land_in_arrival_order(sql_store: SqlStore
 async def test_each_failing_batch_gets_its_own_error(sql_store: SqlStore) -> None:
     await sql_store.commit(WriteBatch(new_sessions=[session("taken", idempotency_key="k")]))
     ref = SubSessionRef(
-        sub_session_id="p-sub-1", agent_type="c", parent_tool_call_id="1", status="running",
+        sub_session_id="p-sub-1",
+        agent_type="c",
+        parent_tool_call_id="1",
+        status="running",
         started_at=1,
-    )  # fmt: skip
+    )
     batches = [
         WriteBatch(new_sessions=[session("fresh-1")]),
         WriteBatch(new_sessions=[session("taken")]),
@@ -143,6 +147,39 @@ async def test_an_update_before_its_session_is_created_fails_even_when_grouped(
     assert isinstance(outcomes[0], SessionNotFoundError)
     assert outcomes[1] is None
     assert (await sql_store.get_session("later")).step_count == 0
+
+
+async def test_a_group_applies_its_batches_net_effect_as_if_one_after_another(
+    sql_store: SqlStore,
+) -> None:
+    def ref(sub: str, status: Literal["running", "failed"]) -> RefUpsert:
+        return RefUpsert(
+            "net",
+            SubSessionRef(
+                sub_session_id=sub,
+                agent_type="c",
+                parent_tool_call_id=sub,
+                status=status,
+                started_at=1,
+            ),
+        )
+
+    created = session("net", owner_id="me", lease_expires_at=99)
+    first_update = session("net", step_count=1, owner_id=None)
+    second_update = session("net", step_count=2, state={"k": 1})
+    batches = [
+        WriteBatch(new_sessions=[created], refs=[ref("a", "running")]),
+        WriteBatch(updated_sessions=[first_update], refs=[ref("b", "running"), ref("a", "failed")]),
+        WriteBatch(updated_sessions=[second_update]),
+    ]
+    groups_before = sql_store.commit_groups
+    await asyncio.gather(*(sql_store.commit(batch) for batch in batches))
+    assert sql_store.commit_groups - groups_before == 1
+    assert await sql_store.get_session("net") == session(
+        "net", step_count=2, state={"k": 1}, owner_id="me", lease_expires_at=99
+    )
+    refs = await sql_store.get_sub_session_refs("net")
+    assert refs == [ref("a", "failed").ref, ref("b", "running").ref]
 
 
 async def test_a_conversation_cleared_within_a_group_restarts_from_zero(

@@ -27,15 +27,10 @@ Row = Sequence[Any]
 
 
 class DriverSql:
-    """One statement in the driver's SQL, and how to turn a mapping into its positional args.
+    """One statement in the driver's SQL, and how to turn a mapping into its positional args."""
 
-    A `columnar` statement inserts many rows at once from one array per column (PostgreSQL's
-    `unnest`): `RawConnection.insert` hands it the rows' columns instead of running it per row.
-    """
-
-    def __init__(self, sql: str, names: Sequence[str], *, columnar: bool = False) -> None:
+    def __init__(self, sql: str, names: Sequence[str]) -> None:
         self.sql = sql
-        self.columnar = columnar
         self.names = tuple(names)
         self.args: Callable[[Mapping[str, Any]], tuple[Any, ...]]
         if not self.names:
@@ -79,14 +74,6 @@ class RawConnection:
         """Run the statement once per row."""
         args = statement.args
         await self._raw.executemany(statement.sql, [args(row) for row in rows])
-
-    async def insert(self, statement: DriverSql, rows: Sequence[Mapping[str, Any]]) -> None:
-        """Insert `rows`: in one statement if it is columnar, else once per row."""
-        if not statement.columnar:
-            await self.many(statement, rows)
-            return
-        columns = {name: [row[name] for row in rows] for name in statement.names}
-        await self.execute(statement, columns)
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:

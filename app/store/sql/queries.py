@@ -37,6 +37,7 @@ from sqlalchemy.sql.elements import ClauseElement
 
 from app.store.sql.driver import DriverSql
 from app.store.sql.engines import Backend
+from app.store.sql.pg_write import WRITE_COLUMNS, build_write_all
 from app.store.sql.rows import UPDATED_COLUMNS
 from app.store.sql.tables import (
     chunks,
@@ -59,23 +60,13 @@ CHECK_NEXT_MESSAGE = 2
 CHECK_LAST_SEQUENCE = 3
 
 
-def compile_for(statement: ClauseElement, dialect: Dialect, *, columnar: bool = False) -> DriverSql:
+def compile_for(statement: ClauseElement, dialect: Dialect) -> DriverSql:
     """`statement` as the driver's SQL; constants must be literal SQL, not bound values."""
     compiled = statement.compile(dialect=dialect)
     constants = [name for name, value in compiled.params.items() if value is not None]
     if constants:
         raise ValueError(f"Write constants as literal SQL, not parameters: {constants}")
-    names = getattr(compiled, "positiontup", None) or ()
-    return DriverSql(compiled.string, names, columnar=columnar)
-
-
-def unnest_insert(table: Table) -> TextClause:
-    """PostgreSQL: insert many rows from one array parameter per column, in one statement."""
-    names = [column.name for column in table.columns]
-    return text(
-        f"INSERT INTO {table.name} ({', '.join(names)}) "
-        f"SELECT * FROM unnest({', '.join(f':{name}' for name in names)})"
-    ).bindparams(*(bindparam(column.name, type_=ARRAY(column.type)) for column in table.columns))
+    return DriverSql(compiled.string, getattr(compiled, "positiontup", None) or ())
 
 
 def upsert(table: Table, key: tuple[str, ...], **values: str) -> TextClause:
@@ -117,11 +108,6 @@ class Queries:
         def driver(statement: ClauseElement) -> DriverSql:
             return compile_for(statement, dialect)
 
-        def bulk(table: Table) -> DriverSql:
-            if pg:
-                return compile_for(unnest_insert(table), dialect, columnar=True)
-            return driver(_insert(table))
-
         def kind(number: int) -> Any:
             return literal_column(str(number))
 
@@ -159,7 +145,7 @@ class Queries:
             .values({name: bindparam(name) for name in UPDATED_COLUMNS})
         )
         self.clear_messages = driver(delete(messages).where(among(messages.c.session_id, "ids")))
-        self.insert_messages = bulk(messages)
+        self.insert_messages = driver(_insert(messages))
         self.upsert_refs = driver(
             upsert(
                 sub_session_refs,
@@ -175,8 +161,11 @@ class Queries:
                 "ON CONFLICT (stream_id) DO UPDATE SET last_sequence = excluded.last_sequence"
             )
         )
-        self.insert_chunks = bulk(chunks)
+        self.insert_chunks = driver(_insert(chunks))
         self.upsert_stream_status = driver(upsert(streams, ("stream_id",), last_sequence="0"))
+        self._dialect = dialect
+        self._writes: dict[frozenset[str], DriverSql] = {}
+        self.write_columns = WRITE_COLUMNS
         self.notify = driver(
             text(
                 "SELECT pg_notify(:channel, payload) FROM unnest(:payloads) AS payload"
@@ -279,6 +268,13 @@ class Queries:
                 )
             )
         )
+
+    def write_all(self, parts: frozenset[str]) -> DriverSql:
+        """PostgreSQL: the one statement writing a group's `parts` (see `pg_write`)."""
+        statement = self._writes.get(parts)
+        if statement is None:
+            statement = self._writes[parts] = compile_for(build_write_all(parts), self._dialect)
+        return statement
 
     def ids(self, values: Iterable[str | None]) -> list[str] | str:
         """An id list as the parameter of an `among` condition takes it."""

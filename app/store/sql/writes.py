@@ -4,14 +4,19 @@ Several batches are applied together as if one after another. One query first re
 the rules depend on (which sessions and keys exist, each session's next message index, each
 stream's last sequence), under a lock that keeps it true until the commit: a SQLite writer holds
 the database's write lock from `BEGIN IMMEDIATE`, and on PostgreSQL the streams' rows are read
-`FOR UPDATE`. The rules are then checked in Python, in the in-memory store's order, before
-anything is written; rows of one kind from every batch then go out in one executemany, in
-arrival order. Unique keys remain the last line of defence against another process's writer.
+`FOR UPDATE`. The rules are then checked in Python, in the in-memory store's order, and the
+group's net effect is planned (a session created and updated in one group is inserted once in
+its final form). Unique keys remain the last line of defence against another process's writer.
+
+PostgreSQL then writes the plan in one statement of data-modifying CTEs over one array per
+column, with the notifications, so a runtime step costs four round trips (BEGIN, check, write,
+COMMIT). SQLite, in-process, runs one executemany per table.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from app.errors import SessionExistsError, SessionNotFoundError
@@ -66,13 +71,38 @@ class _Known:
                 self.last_sequence[key] = value
 
 
+@dataclass(slots=True)
+class _Plan:
+    """The net rows a group writes, table by table, in arrival order."""
+
+    new_sessions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    updates: dict[str, dict[str, Any]] = field(default_factory=dict)
+    cleared: set[str] = field(default_factory=set)
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    refs: list[dict[str, Any]] = field(default_factory=list)
+    chunks: list[dict[str, Any]] = field(default_factory=list)
+    advanced: dict[str, int] = field(default_factory=dict)
+    statuses: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def payloads(self, origin: str) -> list[str]:
+        """The stream notifications the group sends."""
+        touched: dict[str, tuple[int | str, str]] = {
+            stream_id: (last, "-") for stream_id, last in self.advanced.items()
+        }
+        for stream_id, row in self.statuses.items():
+            touched[stream_id] = (touched.get(stream_id, ("-", "-"))[0], row["status"])
+        return [
+            stream_change_payload(origin, stream_id, sequence, status)
+            for stream_id, (sequence, status) in sorted(touched.items())
+        ]
+
+
 class BatchWriter:
     """Writes batches through the statements of one backend."""
 
     def __init__(self, queries: Queries, *, origin: str) -> None:
         self._q = queries
         self._origin = origin
-        self._notify = queries.backend == "postgresql"
 
     async def apply(
         self, conn: RawConnection, batches: Sequence[WriteBatch], *, now: int
@@ -100,60 +130,81 @@ class BatchWriter:
                 },
             )
         )
-        new_sessions = self._new_sessions(batches, known)
-        updates = self._updates(batches, known)
-        cleared, new_messages = self._messages(batches, known)
-        new_chunks, advanced = self._chunks(batches, known)
-
-        if new_sessions:
-            await conn.many(q.insert_sessions, new_sessions)
-        if updates:
-            await conn.many(q.update_sessions, updates)
-        if cleared:
-            await conn.execute(q.clear_messages, {"ids": q.ids(sorted(cleared))})
-        if new_messages:
-            await conn.insert(q.insert_messages, new_messages)
+        plan = _Plan()
+        self._plan_sessions(batches, known, plan)
+        self._plan_messages(batches, known, plan)
+        self._plan_chunks(batches, known, plan)
         refs = {
             (upsert.parent_session_id, upsert.ref.sub_session_id): upsert
             for batch in batches
             for upsert in batch.refs
         }
-        if refs:
-            rows = [ref_row(upsert.parent_session_id, upsert.ref) for upsert in refs.values()]
-            await conn.many(q.upsert_refs, rows)
-        if advanced:
-            await conn.many(q.advance_streams, advanced)
-        if new_chunks:
-            await conn.insert(q.insert_chunks, new_chunks)
-        touched = {row["stream_id"]: (row["last_sequence"], "-") for row in advanced}
-        statuses = {update.stream_id: update.status for b in batches for update in b.streams}
-        if statuses:
-            await conn.many(
-                q.upsert_stream_status,
-                [
-                    {
-                        "stream_id": stream_id,
-                        "status": status,
-                        "stopped_at": now if status in STOPPED_STATUSES else None,
-                    }
-                    for stream_id, status in statuses.items()
-                ],
-            )
-            for stream_id, status in statuses.items():
-                touched[stream_id] = (touched.get(stream_id, ("-", "-"))[0], status)
-        if touched and self._notify:
-            payloads = [
-                stream_change_payload(self._origin, stream_id, sequence, status)
-                for stream_id, (sequence, status) in sorted(touched.items())
-            ]
-            await conn.fetch(q.notify, {"channel": STREAM_CHANNEL, "payloads": payloads})
-        return set(touched)
-
-    def _new_sessions(self, batches: Sequence[WriteBatch], known: _Known) -> list[dict[str, Any]]:
-        rows: list[dict[str, Any]] = []
+        plan.refs = [ref_row(upsert.parent_session_id, upsert.ref) for upsert in refs.values()]
         for batch in batches:
+            for update in batch.streams:
+                plan.statuses[update.stream_id] = {
+                    "stream_id": update.stream_id,
+                    "status": update.status,
+                    "stopped_at": now if update.status in STOPPED_STATUSES else None,
+                }
+        if q.backend == "postgresql":
+            await self._write_postgres(conn, plan)
+        else:
+            await self._write_sqlite(conn, plan)
+        return set(plan.advanced) | set(plan.statuses)
+
+    async def _write_postgres(self, conn: RawConnection, plan: _Plan) -> None:
+        q = self._q
+        if plan.cleared:
+            await conn.execute(q.clear_messages, {"ids": q.ids(sorted(plan.cleared))})
+        advanced = [{"stream_id": s, "last_sequence": n} for s, n in plan.advanced.items()]
+        params: dict[str, Any] = {
+            "channel": STREAM_CHANNEL,
+            "payloads": plan.payloads(self._origin),
+        }
+        parts: set[str] = set()
+        for prefix, rows in (
+            ("n_", list(plan.new_sessions.values())),
+            ("u_", list(plan.updates.values())),
+            ("m_", plan.messages),
+            ("r_", plan.refs),
+            ("c_", plan.chunks),
+            ("a_", advanced),
+        ):
+            if rows:
+                parts.add(prefix)
+                for name in q.write_columns[prefix]:
+                    params[prefix + name] = [row[name] for row in rows]
+        if parts or params["payloads"]:
+            await conn.fetch(q.write_all(frozenset(parts)), params)
+        if plan.statuses:
+            await conn.many(q.upsert_stream_status, list(plan.statuses.values()))
+
+    async def _write_sqlite(self, conn: RawConnection, plan: _Plan) -> None:
+        q = self._q
+        if plan.new_sessions:
+            await conn.many(q.insert_sessions, list(plan.new_sessions.values()))
+        if plan.updates:
+            await conn.many(q.update_sessions, list(plan.updates.values()))
+        if plan.cleared:
+            await conn.execute(q.clear_messages, {"ids": q.ids(sorted(plan.cleared))})
+        if plan.messages:
+            await conn.many(q.insert_messages, plan.messages)
+        if plan.refs:
+            await conn.many(q.upsert_refs, plan.refs)
+        if plan.advanced:
+            advanced = [{"stream_id": s, "last_sequence": n} for s, n in plan.advanced.items()]
+            await conn.many(q.advance_streams, advanced)
+        if plan.chunks:
+            await conn.many(q.insert_chunks, plan.chunks)
+        if plan.statuses:
+            await conn.many(q.upsert_stream_status, list(plan.statuses.values()))
+
+    def _plan_sessions(self, batches: Sequence[WriteBatch], known: _Known, plan: _Plan) -> None:
+        created: dict[str, int] = {}
+        for position, batch in enumerate(batches):
             for record in batch.new_sessions:
-                if record.session_id in known.sessions:
+                if record.session_id in known.sessions or record.session_id in created:
                     raise SessionExistsError(f"Session {record.session_id!r} already exists")
                 key = record.idempotency_key
                 if key is not None:
@@ -162,42 +213,36 @@ class BatchWriter:
                             f"A session with idempotency key {key!r} already exists"
                         )
                     known.keys.add(key)
-                known.sessions.add(record.session_id)
-                rows.append(session_row(record))
-        return rows
-
-    def _updates(self, batches: Sequence[WriteBatch], known: _Known) -> list[dict[str, Any]]:
-        # Sequential semantics: a session created by a later batch of the group is missing
-        # for an earlier one.
-        existing = set(known.sessions) - {
-            record.session_id for batch in batches for record in batch.new_sessions
-        }
-        rows: list[dict[str, Any]] = []
-        for batch in batches:
-            existing.update(record.session_id for record in batch.new_sessions)
+                created[record.session_id] = position
+                plan.new_sessions[record.session_id] = session_row(record)
+        for position, batch in enumerate(batches):
             for record in batch.updated_sessions:
-                if record.session_id not in existing:
-                    raise SessionNotFoundError(f"Session {record.session_id!r} not found")
-                rows.append(session_update_row(record))
-        return rows
+                session_id = record.session_id
+                created_in = created.get(session_id)
+                if created_in is None and session_id not in known.sessions:
+                    raise SessionNotFoundError(f"Session {session_id!r} not found")
+                if created_in is not None and created_in > position:
+                    # Sequential semantics: a later batch's session is missing for this one.
+                    raise SessionNotFoundError(f"Session {session_id!r} not found")
+                if created_in is None:
+                    plan.updates[session_id] = session_update_row(record)
+                else:
+                    inserted = plan.new_sessions[session_id]
+                    row = session_row(record)
+                    row["owner_id"] = inserted["owner_id"]
+                    row["lease_expires_at"] = inserted["lease_expires_at"]
+                    plan.new_sessions[session_id] = row
 
-    def _messages(
-        self, batches: Sequence[WriteBatch], known: _Known
-    ) -> tuple[set[str], list[dict[str, Any]]]:
-        """The conversations to clear first, and the messages to insert after.
-
-        A batch's `cleared_messages` restart those conversations at index 0; earlier batches'
-        messages for them would be deleted by it, so they are never written.
-        """
+    def _plan_messages(self, batches: Sequence[WriteBatch], known: _Known, plan: _Plan) -> None:
+        # A batch's `cleared_messages` restart those conversations at index 0; the earlier
+        # batches' messages for them would be deleted by it, so they are never written.
         following = known.next_message
-        cleared: set[str] = set()
-        rows: list[dict[str, Any]] = []
         for batch in batches:
             if batch.cleared_messages:
                 restarted = set(batch.cleared_messages)
-                cleared |= restarted
+                plan.cleared |= restarted
                 following.update(dict.fromkeys(restarted, 0))
-                rows = [row for row in rows if row["session_id"] not in restarted]
+                plan.messages = [m for m in plan.messages if m["session_id"] not in restarted]
             for append in batch.messages:
                 expected = following.get(append.session_id, 0)
                 if append.index != expected:
@@ -206,21 +251,16 @@ class BatchWriter:
                         f"the next index is {expected}"
                     )
                 following[append.session_id] = expected + 1
-                rows.append(
+                plan.messages.append(
                     {
                         "session_id": append.session_id,
                         "idx": append.index,
                         "body": message_body(append.message),
                     }
                 )
-        return cleared, rows
 
-    def _chunks(
-        self, batches: Sequence[WriteBatch], known: _Known
-    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    def _plan_chunks(self, batches: Sequence[WriteBatch], known: _Known, plan: _Plan) -> None:
         lasts = known.last_sequence
-        rows: list[dict[str, Any]] = []
-        advanced: dict[str, int] = {}
         for batch in batches:
             for append in batch.chunks:
                 last = lasts.get(append.stream_id, 0)
@@ -231,12 +271,8 @@ class BatchWriter:
                             f"follow {last}"
                         )
                     last = chunk.sequence
-                    rows.append(
+                    plan.chunks.append(
                         {"stream_id": append.stream_id, "sequence": last, "body": chunk_body(chunk)}
                     )
                 lasts[append.stream_id] = last
-                advanced[append.stream_id] = last
-        return rows, [
-            {"stream_id": stream_id, "last_sequence": last}
-            for stream_id, last in sorted(advanced.items())
-        ]
+                plan.advanced[append.stream_id] = last
