@@ -6,18 +6,22 @@ The public API (DESIGN.md section 3) is re-exported here and nothing else.
 from app.agents import (
     AgentRegistry,
     PersistentAgent,
+    create_remote_sub_agent_tool,
     create_sub_agent_tool,
     define_agent,
     define_tool,
 )
 from app.api import create_app
 from app.runtime import AgentRuntime
+from app.transport import HttpRemoteAgentTransport
 
 __all__ = [
     "AgentRegistry",
     "AgentRuntime",
+    "HttpRemoteAgentTransport",
     "PersistentAgent",
     "create_app",
+    "create_remote_sub_agent_tool",
     "create_sub_agent_tool",
     "define_agent",
     "define_tool",

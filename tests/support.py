@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, assert_never
 
 from app.protocol import (
@@ -88,3 +89,11 @@ def check_invariants(chunks: Sequence[BaseChunk]) -> None:
         for i, c in enumerate(chunks):
             if c.agent_id == child or c.agent_id.startswith(child + "-"):
                 assert index < i < end, f"{describe(c)} (#{i}) outside its sub-agent frame"  # type: ignore[arg-type]
+
+
+async def until(condition: Callable[[], bool], *, timeout: float = 10.0) -> None:
+    """Wait until `condition()` holds, failing the test after `timeout` seconds."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "the condition never held"
+        await asyncio.sleep(0.005)

@@ -9,6 +9,7 @@ from app.agents.agent import (
     define_agent,
 )
 from app.agents.registry import AgentRegistry
+from app.agents.remote import RemoteAgentTransport, RemoteSubAgentTool, create_remote_sub_agent_tool
 from app.agents.subagent import SubAgentTool, create_sub_agent_tool, input_to_message
 from app.agents.tools import Tool, ToolContext, define_tool
 
@@ -19,9 +20,12 @@ __all__ = [
     "AgentRegistry",
     "HookContext",
     "PersistentAgent",
+    "RemoteAgentTransport",
+    "RemoteSubAgentTool",
     "SubAgentTool",
     "Tool",
     "ToolContext",
+    "create_remote_sub_agent_tool",
     "create_sub_agent_tool",
     "define_agent",
     "define_tool",

@@ -6,7 +6,7 @@ import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from pydantic import BaseModel
 
@@ -15,7 +15,11 @@ from app.errors import DefinitionError
 from app.models import Model, ToolSpec
 
 if TYPE_CHECKING:
+    from app.agents.remote import RemoteSubAgentTool
     from app.agents.subagent import SubAgentTool
+
+AnyTool: TypeAlias = "Tool | SubAgentTool | RemoteSubAgentTool"
+"""Any tool an agent can hold: a function tool, or a local or remote sub-agent."""
 
 AGENT_NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]{0,53}$"
 """Agent names: short enough that `subagent__<name>` is a valid tool name."""
@@ -79,14 +83,14 @@ class AgentConfig:
     name: str
     description: str
     system_prompt: str
-    tools: tuple[Tool | SubAgentTool, ...]
+    tools: tuple[AnyTool, ...]
     output_schema: type[BaseModel] | None
     state_schema: type[BaseModel] | None
     model: Model | None
     max_steps: int
     persistent_agents: tuple[PersistentAgent, ...]
     hooks: AgentHooks
-    tool_map: dict[str, Tool | SubAgentTool] = field(repr=False)
+    tool_map: dict[str, AnyTool] = field(repr=False)
 
     @cached_property
     def tool_specs(self) -> tuple[ToolSpec, ...]:
@@ -124,7 +128,7 @@ def define_agent(
     *,
     description: str = "",
     system_prompt: str = "",
-    tools: Sequence[Tool | SubAgentTool] = (),
+    tools: Sequence[AnyTool] = (),
     output_schema: type[BaseModel] | None = None,
     state_schema: type[BaseModel] | None = None,
     model: Model | None = None,
@@ -138,6 +142,7 @@ def define_agent(
     tool name not made by this library, duplicate tool names, or a schema that is not a pydantic
     model.
     """
+    from app.agents.remote import RemoteSubAgentTool
     from app.agents.subagent import SubAgentTool
 
     if not isinstance(name, str) or not _AGENT_NAME.match(name):
@@ -157,9 +162,9 @@ def define_agent(
         raise DefinitionError(f"{owner}: model must be an app.models.Model, got {model!r}")
     if not isinstance(max_steps, int) or max_steps < 1:
         raise DefinitionError(f"{owner}: max_steps must be a positive integer, got {max_steps!r}")
-    tool_map: dict[str, Tool | SubAgentTool] = {}
+    tool_map: dict[str, AnyTool] = {}
     for tool in tools:
-        if isinstance(tool, SubAgentTool):
+        if isinstance(tool, SubAgentTool | RemoteSubAgentTool):
             check_tool_name(tool.name, library=True)
         elif isinstance(tool, Tool):
             try:

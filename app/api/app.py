@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
 
-from app.agents import AgentRegistry
+from app.agents import AgentRegistry, RemoteSubAgentTool
 from app.api.errors import install_error_handlers
 from app.api.middleware import ApiKeyMiddleware, BodyLimitMiddleware
 from app.api.openapi import install_openapi
@@ -73,7 +73,7 @@ def create_app(registry: AgentRegistry, *, settings: Settings | None = None) -> 
                 with contextlib.suppress(asyncio.CancelledError):
                     await cleanup
                 app.state.runtime = None
-        await _close_models(registry)
+        await _close_clients(registry)
 
     app = FastAPI(
         title="Agent server",
@@ -93,13 +93,17 @@ def create_app(registry: AgentRegistry, *, settings: Settings | None = None) -> 
     return app
 
 
-async def _close_models(registry: AgentRegistry) -> None:
-    """Close the models the agents hold (a real model keeps an HTTP connection pool)."""
-    closed: set[int] = set()
+async def _close_clients(registry: AgentRegistry) -> None:
+    """Close what the agents hold open: real models' and remote transports' HTTP clients."""
+    holders: list[object] = []
     for agent in registry:
-        aclose = getattr(agent.model, "aclose", None)
-        if aclose is not None and id(agent.model) not in closed:
-            closed.add(id(agent.model))
+        holders.append(agent.model)
+        holders += [t.transport for t in agent.tools if isinstance(t, RemoteSubAgentTool)]
+    closed: set[int] = set()
+    for holder in holders:
+        aclose = getattr(holder, "aclose", None)
+        if aclose is not None and id(holder) not in closed:
+            closed.add(id(holder))
             await aclose()
 
 

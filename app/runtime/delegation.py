@@ -8,7 +8,8 @@ resumes from its own checkpoint, and only a missing one runs from scratch (`_set
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, JsonValue
 
@@ -40,29 +41,39 @@ def failure_result(error: str) -> dict[str, JsonValue]:
 async def run_sub_agent(
     parent: SessionRun, tool: SubAgentTool, call: ToolCall, fresh: bool
 ) -> CallResult | None:
-    """Run the child for `call` to an outcome and return it as the parent's tool result; None
-    when the child was dropped because the parent suspended (the call stays unanswered)."""
+    """Run the local child for `call` and return its outcome as the parent's tool result."""
     assert call.id is not None
     parsed = parse_arguments(call.name, tool.input_schema, call.arguments)
     if isinstance(parsed, CallResult):
         return parsed
     child_input = parsed.model_dump(mode="json")
     child_id = sub_session_id(parent.session_id, call.id)
-    agent = tool.agent
+    life = _child_life(parent, tool, call.id, child_id, child_input, fresh)
+    return await delegate(parent, call.id, tool.agent.name, child_id, child_input, life)
+
+
+async def delegate(
+    parent: SessionRun,
+    call_id: str,
+    agent_type: str,
+    child_id: str,
+    child_input: dict[str, JsonValue],
+    life: Coroutine[Any, Any, Outcome],
+) -> CallResult | None:
+    """Frame a child's life in the parent's stream (subagent_start ... subagent_end), with the
+    parent's hooks, and turn its outcome into the parent's tool result. None when the child was
+    dropped because the parent suspended: the call stays unanswered, to run again on resume."""
     hooks = parent.agent.hooks
-    await fire(hooks.before_sub_agent, parent.hook_context(), agent.name, child_id, child_input)
+    await fire(hooks.before_sub_agent, parent.hook_context(), agent_type, child_id, child_input)
     parent.emit(
-        SubagentStartChunk, sub_agent_type=agent.name, sub_session_id=child_id, call_id=call.id
+        SubagentStartChunk, sub_agent_type=agent_type, sub_session_id=child_id, call_id=call_id
     )
     # The child's whole life runs in a task of its own, shielded from this call's cancellation:
     # when the parent stops, the child still records its own stop, even one still being created.
-    task = asyncio.get_running_loop().create_task(
-        _child_life(parent, tool, call.id, child_id, child_input, fresh)
-    )
+    task = asyncio.get_running_loop().create_task(life)
     parent.child_tasks.add(task)
     task.add_done_callback(parent.child_tasks.discard)
     outcome = await asyncio.shield(task)
-    suspended = outcome.failure_reason == "parent_suspended"
     if outcome.status == "completed":
         result = CallResult(result=outcome.output)
     elif outcome.status == "terminated":
@@ -75,13 +86,13 @@ async def run_sub_agent(
         result = CallResult(result=failure_result(error), error=error)
     parent.emit(
         SubagentEndChunk,
-        sub_agent_type=agent.name,
+        sub_agent_type=agent_type,
         sub_session_id=child_id,
-        call_id=call.id,
+        call_id=call_id,
         result=result.result,
     )
-    await fire(hooks.after_sub_agent, parent.hook_context(), agent.name, child_id, result.result)
-    return None if suspended else result
+    await fire(hooks.after_sub_agent, parent.hook_context(), agent_type, child_id, result.result)
+    return None if outcome.failure_reason == "parent_suspended" else result
 
 
 def _never_started(reason: str, message: str | None) -> Outcome:

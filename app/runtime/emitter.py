@@ -15,7 +15,7 @@ import contextlib
 from typing import Any
 
 from app.protocol import BaseChunk, Chunk, TextDeltaChunk
-from app.store import ChunkAppend, StateStore, WriteBatch, now_ms
+from app.store import ChunkAppend, RefUpsert, StateStore, WriteBatch, now_ms
 
 
 class _Queued:
@@ -50,6 +50,9 @@ class StreamWriter:
         self.flush_delay = flush_delay
         self._last = last_sequence
         self._queue: list[_Queued] = []
+        self._tracked: dict[tuple[str, str], RefUpsert] = {}
+        """Ref updates that describe queued chunks (a remote child's last copied sequence):
+        committed with them, the latest per ref."""
         self._flush_timer: asyncio.TimerHandle | None = None
         self._flushes: set[asyncio.Task[None]] = set()
         self._failure: BaseException | None = None
@@ -74,6 +77,14 @@ class StreamWriter:
                 last.fields["delta"] += fields["delta"]
                 return
         queue.append(_Queued(chunk_type, agent_id, agent_type, step, fields))
+        if self._flush_timer is None:
+            self._flush_timer = asyncio.get_running_loop().call_later(
+                self.flush_delay, self._flush_soon
+            )
+
+    def track(self, upsert: RefUpsert) -> None:
+        """Commit `upsert` with the chunks queued so far (replacing an earlier one for the ref)."""
+        self._tracked[(upsert.parent_session_id, upsert.ref.sub_session_id)] = upsert
         if self._flush_timer is None:
             self._flush_timer = asyncio.get_running_loop().call_later(
                 self.flush_delay, self._flush_soon
@@ -120,6 +131,9 @@ class StreamWriter:
             raise self._failure
         if self._queue:
             batch.chunks.append(ChunkAppend(self.stream_id, self._take()))
+        if self._tracked:
+            batch.refs.extend(self._tracked.values())
+            self._tracked = {}
         if batch.is_empty():
             return
         try:
@@ -134,21 +148,23 @@ class StreamWriter:
         if self._flush_timer is not None:
             self._flush_timer.cancel()
             self._flush_timer = None
-        if self._queue:
+        if self._queue or self._tracked:
             await self.commit(WriteBatch())
         if self._flushes:
             await asyncio.gather(*self._flushes, return_exceptions=True)
 
     def discard(self) -> None:
-        """Drop what is queued (the process is stopping as if it had crashed)."""
+        """Drop what is queued, chunks and the refs that describe them alike (the process is
+        stopping as if it had crashed)."""
         if self._flush_timer is not None:
             self._flush_timer.cancel()
             self._flush_timer = None
         self._queue = []
+        self._tracked = {}
 
     def _flush_soon(self) -> None:
         self._flush_timer = None
-        if not self._queue or self._failure is not None:
+        if not (self._queue or self._tracked) or self._failure is not None:
             return
         task = asyncio.get_running_loop().create_task(self._flush())
         self._flushes.add(task)

@@ -13,11 +13,12 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, assert_never
+from typing import TYPE_CHECKING, Any, Literal, Protocol, assert_never
 
 from pydantic import BaseModel, JsonValue
 
 from app.agents import FINISH_TOOL_NAME, AgentConfig, HookContext, SubAgentTool, Tool, ToolContext
+from app.agents.remote import RemoteSubAgentTool
 from app.errors import AgentServerError, MaxStepsExceededError, RunError, StoreError
 from app.ids import tool_call_id
 from app.models import ModelRequest, RetryStarted, TextDelta, ToolCallReady, Usage
@@ -54,6 +55,13 @@ FINISH_REMINDER = f"Call the {FINISH_TOOL_NAME} tool with your final output to f
 
 StopReason = Literal["interrupted", "timeout", "parent_suspended", "shutdown"]
 """Why a running session is being stopped from outside its loop."""
+
+
+class Child(Protocol):
+    """A running child a parent can stop: a local sub-agent's run, or a remote one's copier."""
+
+    def stop(self, reason: StopReason, message: str | None = None) -> None:
+        """Stop it (idempotent)."""
 
 
 def unanswered_calls(messages: Sequence[Message]) -> list[ToolCall]:
@@ -111,7 +119,7 @@ class SessionRun:
         self.ref = ref
         """This session's ref in its parent, kept in step with the session's status."""
         self.state: BaseModel | dict[str, Any] = agent.load_state(record.state)
-        self.children: dict[str, SessionRun] = {}
+        self.children: dict[str, Child] = {}
         """Running children, which a stop of this session reaches."""
         self.child_tasks: set[asyncio.Task[Outcome]] = set()
         """Every child's task (looking it up, opening it, running it) until it ends."""
@@ -361,6 +369,13 @@ class SessionRun:
             from app.runtime.delegation import run_sub_agent
 
             delegated = await run_sub_agent(self, tool, call, fresh)
+            if delegated is None:
+                return _Called(None)
+            result = delegated
+        elif isinstance(tool, RemoteSubAgentTool):
+            from app.runtime.remote import run_remote_sub_agent
+
+            delegated = await run_remote_sub_agent(self, tool, call, fresh)
             if delegated is None:
                 return _Called(None)
             result = delegated

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,11 +43,21 @@ def tree_registry(calls: Calls, latency: float = LATENCY) -> AgentRegistry:
     return AgentRegistry([delegator(calls, adder(calls, latency=latency), latency=latency)])
 
 
+def free_port() -> int:
+    """A loopback port nothing listens on now (for a server that must come back on it)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 @contextlib.asynccontextmanager
-async def serve(registry: AgentRegistry, calls: Calls, settings: Settings) -> AsyncIterator[Server]:
-    """Serve `create_app(registry)` with uvicorn on a free loopback port until the block ends."""
+async def serve(
+    registry: AgentRegistry, calls: Calls, settings: Settings, *, port: int = 0
+) -> AsyncIterator[Server]:
+    """Serve `create_app(registry)` with uvicorn on loopback (a free port unless one is given)
+    until the block ends."""
     app = create_app(registry, settings=settings)
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     task = asyncio.get_running_loop().create_task(server.serve())
     while not server.started:

@@ -27,8 +27,10 @@ def test_public_api_is_pinned() -> None:
     assert sorted(app.__all__) == [
         "AgentRegistry",
         "AgentRuntime",
+        "HttpRemoteAgentTransport",
         "PersistentAgent",
         "create_app",
+        "create_remote_sub_agent_tool",
         "create_sub_agent_tool",
         "define_agent",
         "define_tool",
