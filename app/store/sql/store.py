@@ -38,7 +38,7 @@ from app.store.sql.engines import (
 from app.store.sql.group_commit import GroupCommitter
 from app.store.sql.migrate import upgrade
 from app.store.sql.notify import PgListener, Poller, Progress, StreamWaiters
-from app.store.sql.queries import INTERRUPT_CHANNEL, Queries
+from app.store.sql.queries import INTERRUPT_CHANNEL, queries_for
 from app.store.sql.rows import (
     chunk_from_body,
     message_from_body,
@@ -71,7 +71,7 @@ class SqlStore(StateStore):
         self._url, self.backend = parse_url(database_url)
         self._pool_size = pool_size
         self._origin = uuid.uuid4().hex[:12]
-        self._queries = Queries(self.backend, self._url.get_dialect()())
+        self._queries = queries_for(self.backend)
         self._writer = BatchWriter(self._queries, origin=self._origin)
         self._committer = GroupCommitter(self._apply)
         self._waiters = StreamWaiters()
