@@ -6,7 +6,8 @@ server of `TEST_POSTGRES_URL` (default postgresql+asyncpg://postgres@127.0.0.1:5
 dropped afterwards. Figures:
 
 - one stream: chunks/s written by one writer committing `--batch` chunks at a time and awaiting
-  each commit (as the runtime's emitter flushes), then read back 1,000 at a time;
+  each commit, then read back 1,000 at a time; then with up to 4 commits in flight, as the
+  runtime's timed flushes issue them (the store commits them in call order, grouped);
 - 50 streams: the same with 50 concurrent writers (group commit merges their batches), then
   50 concurrent readers;
 - step commits: `--runs` concurrent runs, each committing steps shaped like a runtime step (a
@@ -76,12 +77,27 @@ def delta(stream_id: str, sequence: int) -> TextDeltaChunk:
     )
 
 
-async def write_stream(store: SqlStore, stream_id: str, chunks: int, batch: int) -> None:
-    """Commit `chunks` chunks into one stream, `batch` per commit, awaiting each."""
+async def write_stream(
+    store: SqlStore, stream_id: str, chunks: int, batch: int, *, in_flight: int = 1
+) -> None:
+    """Commit `chunks` chunks into one stream, `batch` per commit, with up to `in_flight`
+    commits outstanding (the store applies them in call order, as the runtime's timed flushes
+    rely on)."""
+    pending: set[asyncio.Task[None]] = set()
     for start in range(1, chunks + 1, batch):
         end = min(start + batch, chunks + 1)
         appended = [delta(stream_id, sequence) for sequence in range(start, end)]
-        await store.commit(WriteBatch(chunks=[ChunkAppend(stream_id, appended)]))
+        commit = store.commit(WriteBatch(chunks=[ChunkAppend(stream_id, appended)]))
+        if in_flight == 1:
+            await commit
+            continue
+        pending.add(asyncio.create_task(commit))
+        if len(pending) >= in_flight:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()
+    for task in pending:
+        await task
 
 
 async def read_stream(store: SqlStore, stream_id: str) -> int:
@@ -93,12 +109,14 @@ async def read_stream(store: SqlStore, stream_id: str) -> int:
 
 
 async def streams_throughput(
-    store: SqlStore, streams: int, chunks: int, batch: int, tag: str
+    store: SqlStore, streams: int, chunks: int, batch: int, tag: str, *, in_flight: int = 1
 ) -> tuple[float, float]:
     """Chunks/s written and read back with `streams` concurrent streams."""
     ids = [f"{tag}-{uuid.uuid4().hex[:8]}-{i}" for i in range(streams)]
     started = time.perf_counter()
-    await asyncio.gather(*(write_stream(store, stream_id, chunks, batch) for stream_id in ids))
+    await asyncio.gather(
+        *(write_stream(store, id_, chunks, batch, in_flight=in_flight) for id_ in ids)
+    )
     written = streams * chunks / (time.perf_counter() - started)
     started = time.perf_counter()
     counts = await asyncio.gather(*(read_stream(store, stream_id) for stream_id in ids))
@@ -212,6 +230,10 @@ async def main() -> None:
 
         written, read = await streams_throughput(store, 1, args.chunks, args.batch, "one")
         print(f"one stream:   {written:>9,.0f} chunks/s written   {read:>9,.0f} chunks/s read")
+        written, _ = await streams_throughput(
+            store, 1, args.chunks, args.batch, "pipelined", in_flight=4
+        )
+        print(f"one stream, 4 commits in flight: {written:>9,.0f} chunks/s written")
 
         per_stream = max(args.chunks // args.streams, args.batch)
         written, read = await streams_throughput(
