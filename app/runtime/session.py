@@ -1,10 +1,11 @@
-"""The step loop of one session: a streamed model call, then its tool calls, committed by phase.
+"""The step loop of one session: a streamed model call, then its tool calls, each step committed.
 
-A step commits twice, each write atomic: the model's response (assistant message, step count,
-usage, text chunks), then the results of its tool calls (tool messages, state, chunks). So a run
-resumed after an interrupt or a crash never repeats a model call whose response was committed, and
-the sub-agents that response started are found again by their deterministic ids. The loop always
-continues from what the store holds: a fresh start, a resume and a takeover are the same code.
+A step is one atomic write: the model's response with the results of its tool calls (assistant
+message, tool messages, step count, usage, state, chunks). A response that starts sub-agents, or
+waits for the client, is committed on its own first, so a run resumed after an interrupt or a
+crash finds those children again by their deterministic ids instead of asking the model anew.
+The loop always continues from what the store holds: a fresh start, a resume and a takeover are
+the same code.
 """
 
 from __future__ import annotations
@@ -134,6 +135,9 @@ class SessionRun:
         self._step = record.step_count
         """The step in progress: one past the committed count while a model call streams."""
         self._turn = sum(1 for message in messages if isinstance(message, AssistantMessage))
+        self._held: AssistantMessage | None = None
+        """A response whose tools run before it is committed: it is committed with their
+        results, or dropped with the step if the run stops first."""
         """How many model responses the conversation holds (numbers tool calls without ids)."""
         self._usage = Usage(record.input_tokens, record.output_tokens)
         self._started = False
@@ -230,6 +234,8 @@ class SessionRun:
                 return outcome
 
     def _unanswered_calls(self) -> list[ToolCall]:
+        if self._held is not None:
+            return list(self._held.tool_calls)
         return unanswered_calls(self.messages)
 
     # -- model phase ---------------------------------------------------------------------------
@@ -285,7 +291,10 @@ class SessionRun:
             )
         if calls:
             self._fresh_calls = True
-            await self._commit([assistant])
+            if any(self._commits_first(call) for call in calls):
+                await self._commit([assistant])
+            else:
+                self._held = assistant
             return None
         if self.agent.output_schema is None:
             return await self._end(Outcome("completed", output=assistant.content), [assistant])
@@ -400,6 +409,14 @@ class SessionRun:
             ToolStartChunk, tool_call_id=call.id, tool_name=call.name, arguments=call.arguments
         )
 
+    def _commits_first(self, call: ToolCall) -> bool:
+        """Whether the response must be committed before this call runs: it starts a child
+        (found again by id after a crash) or waits for the client."""
+        tool = self.agent.tool_map.get(call.name)
+        return isinstance(tool, SubAgentTool | RemoteSubAgentTool) or (
+            self._waits_for(call) is not None
+        )
+
     def _waits_for(self, call: ToolCall) -> Literal["client", "approval"] | None:
         """Whether the call waits for the client's result or approval."""
         tool = self.agent.tool_map.get(call.name)
@@ -433,6 +450,12 @@ class SessionRun:
             return self.state.model_dump(mode="json")
         return dict(self.state)
 
+    def _with_held(self, messages: Sequence[Message]) -> Sequence[Message]:
+        if self._held is None:
+            return messages
+        held, self._held = self._held, None
+        return [held, *messages]
+
     def _appends(self, messages: Sequence[Message]) -> list[MessageAppend]:
         start = len(self.messages)
         return [
@@ -451,6 +474,7 @@ class SessionRun:
         )
 
     async def _commit(self, messages: Sequence[Message]) -> None:
+        messages = self._with_held(messages)
         record = self._next_record(self._step)
         batch = WriteBatch(updated_sessions=[record], messages=self._appends(messages))
         self._committing = True
@@ -467,6 +491,7 @@ class SessionRun:
     async def _end(self, outcome: Outcome, messages: Sequence[Message] = ()) -> Outcome:
         """Commit the session's end: status, output or error, its chunk, and its parent's ref."""
         self._ending = True
+        messages = self._with_held(messages)
         now = now_ms()
         # A step whose model call was cut short by a stop is not a step: it will be made again.
         stopped = self.stop_reason is not None
@@ -506,4 +531,5 @@ class SessionRun:
             )
         else:
             outcome = Outcome("failed", error=self.stop_message or "Stopped")
+        self._held = None  # the step in progress is dropped, as a crash would drop it
         return await self._end(outcome)

@@ -134,13 +134,17 @@ async def test_a_run_stopped_between_steps_resumes_on_a_fresh_store(opener: Any)
     assert (result.status, result.output) == ("completed", "root turn 1")
     assert workers == ["completed"] * 3
     assert [c.sequence for c in chunks] == list(range(1, len(chunks) + 1))
-    # The tools cut short by the interrupt ran again; nothing whose result was committed did.
+    # Each worker's first step (its response and the tool the interrupt cut short) was not
+    # committed: it was made again, model call and tool. Nothing committed ran twice.
     assert stopped == Counter(
         {"model r 0": 1}
         | {f"model r-sub-call-0-{i} 0": 1 for i in range(3)}
         | {f"tool r-sub-call-0-{i} call-0-0": 1 for i in range(3)}
     )
-    assert calls == EVERY_CALL + Counter({f"tool r-sub-call-0-{i} call-0-0": 1 for i in range(3)})
+    assert calls == EVERY_CALL + Counter(
+        {f"tool r-sub-call-0-{i} call-0-0": 1 for i in range(3)}
+        | {f"model r-sub-call-0-{i} 0": 1 for i in range(3)}
+    )
 
 
 async def test_a_run_abandoned_mid_step_is_taken_over_on_a_fresh_store(opener: Any) -> None:
