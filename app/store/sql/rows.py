@@ -7,6 +7,7 @@ decoded from PostgreSQL (asyncpg's codec) and as text from SQLite; bodies are wi
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,9 +41,12 @@ def json_text(value: Any) -> str:
     return pydantic_core.to_json(value).decode()
 
 
+_session_values = operator.attrgetter(*SESSION_COLUMNS)
+
+
 def session_row(record: SessionRecord) -> dict[str, Any]:
     """The sessions row for a new record, JSON fields as text."""
-    row = {name: getattr(record, name) for name in SESSION_COLUMNS}
+    row = dict(zip(SESSION_COLUMNS, _session_values(record), strict=True))
     for name in JSON_COLUMNS:
         row[name] = json_text(row[name])
     return row

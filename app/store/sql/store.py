@@ -30,6 +30,7 @@ from app.store.base import (
 from app.store.sql.driver import ConnectionPool, DriverSql
 from app.store.sql.engines import (
     DRIVER_ERRORS,
+    Backend,
     create_engine,
     ensure_sqlite_folder,
     parse_url,
@@ -68,7 +69,9 @@ class SqlStore(StateStore):
 
     def __init__(self, database_url: str, *, pool_size: int = 8) -> None:
         super().__init__()
-        self._url, self.backend = parse_url(database_url)
+        self._url, backend = parse_url(database_url)
+        self.backend: Backend = backend
+        """Which database the URL names: "sqlite" or "postgresql"."""
         self._pool_size = pool_size
         self._origin = uuid.uuid4().hex[:12]
         self._queries = queries_for(self.backend)
