@@ -113,23 +113,20 @@ class BatchWriter:
         broke it is only exact when `batches` holds one.
         """
         q = self._q
-        known = _Known(
-            await conn.fetch(
-                q.check,
-                {
-                    "sessions": q.ids(
-                        record.session_id
-                        for batch in batches
-                        for record in (*batch.new_sessions, *batch.updated_sessions)
-                    ),
-                    "keys": q.ids(
-                        record.idempotency_key for batch in batches for record in batch.new_sessions
-                    ),
-                    "messages": q.ids({a.session_id for b in batches for a in b.messages}),
-                    "streams": q.ids({a.stream_id for b in batches for a in b.chunks}),
-                },
-            )
-        )
+        sessions = [r.session_id for b in batches for r in (*b.new_sessions, *b.updated_sessions)]
+        keys = [r.idempotency_key for b in batches for r in b.new_sessions if r.idempotency_key]
+        conversations = {a.session_id for b in batches for a in b.messages}
+        streams = {a.stream_id for b in batches for a in b.chunks}
+        rows: list[Any] = []
+        if sessions or conversations or streams:
+            check = {
+                "sessions": q.ids(sessions),
+                "keys": q.ids(keys),
+                "messages": q.ids(conversations),
+                "streams": q.ids(streams),
+            }
+            rows = await conn.fetch(q.check, check)
+        known = _Known(rows)
         plan = _Plan()
         self._plan_sessions(batches, known, plan)
         self._plan_messages(batches, known, plan)
