@@ -187,3 +187,41 @@ async def wait_until_completed(store: StateStore, session_id: str) -> None:
     while (await store.get_session(session_id)).status != "completed":
         assert time.monotonic() < deadline, "the run was not finished by the takeover"
         await asyncio.sleep(0.02)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    async with database_url(request.param, tmp_path) as url:
+        yield url
+
+
+async def test_an_interrupt_sent_to_another_process_stops_the_tree(shared_url: str) -> None:
+    calls: Counter[str] = Counter()
+    pause = {"worker": 0.05, "tool": 5.0}
+    registry = build(calls, pause)
+    async with (
+        create_store(shared_url) as here,
+        create_store(shared_url) as there,
+        AgentRuntime(registry, store=here, owner_id="here") as running,
+        AgentRuntime(registry, store=there, owner_id="there") as elsewhere,
+    ):
+        handle = await running.execute("root", "go", session_id="r")
+        await wait_until(lambda: sum(k.startswith("tool") for k in calls) == 3)
+        asked = time.monotonic()
+        assert await elsewhere.interrupt("r", "from afar") == "running"
+        result = await handle.result()
+        latency = time.monotonic() - asked
+        statuses = [
+            (await elsewhere.status(sid)).status
+            for sid in ["r", *(f"r-sub-call-0-{i}" for i in range(3))]
+        ]
+        stopped = Counter(calls)
+        await asyncio.sleep(0.2)
+        assert calls == stopped, "a call started after the interrupt"
+        pause.clear()
+        finished = await (await elsewhere.resume("r")).result()
+
+    assert (result.status, result.error) == ("interrupted", "from afar")
+    assert latency < 2.0, latency
+    assert statuses == ["interrupted"] * 4
+    assert (finished.status, finished.output) == ("completed", "root turn 1")
