@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
+from pathlib import Path
 
 import httpx
 
-from tests.api.conftest import Server, read_stream
+from app.agents import AgentRegistry
+from app.settings import Settings
+from tests.api.conftest import Server, read_stream, serve
+from tests.runtime.agents import Calls
+from tests.runtime.test_client_tools import client_agent
+from tests.store.conftest import database_url
 from tests.support import check_invariants
 
 START = {"agentType": "parent", "message": "sum things"}
@@ -224,3 +231,40 @@ async def test_agents_health_and_openapi(client: httpx.AsyncClient) -> None:
     chunk = document["components"]["schemas"]["Chunk"]
     assert len(chunk["oneOf"]) == 9
     assert chunk["discriminator"]["propertyName"] == "type"
+
+
+async def test_client_tools_and_approvals_over_http(tmp_path: Path) -> None:
+    paid: Counter[str] = Counter()
+    agent = client_agent(paid)
+    async with (
+        database_url("sqlite", tmp_path) as url,
+        serve(AgentRegistry([agent]), Calls(), Settings(database_url=url)) as server,
+        httpx.AsyncClient(base_url=server.url) as client,
+    ):
+        await client.post(
+            "/start", json={"agentType": "shopper", "message": "buy", "sessionId": "s"}
+        )
+        paused = await read_stream(client, "s")
+        assert paused.end == {"status": "paused_awaiting_client"}
+        assert [(c.type, getattr(c, "reason", None)) for c in paused.chunks[2:]] == [
+            ("tool_pending", "client"),
+            ("tool_pending", "approval"),
+        ]
+        wrong = await client.post(
+            "/resume/s", json={"toolResults": [{"toolCallId": "nope", "result": 1}]}
+        )
+        assert wrong.status_code == 422
+        assert wrong.json()["error"]["code"] == "invalid_request"
+        resumed = await client.post(
+            "/resume/s",
+            json={
+                "toolResults": [{"toolCallId": "q", "result": "Oslo"}],
+                "approvals": [{"toolCallId": "p", "approved": True}],
+            },
+        )
+        assert resumed.status_code == 200
+        done = await read_stream(client, "s", headers={"Last-Event-ID": str(len(paused.chunks))})
+        status = (await client.get("/status/s")).json()
+    assert done.end == {"status": "completed"}
+    assert status["output"] == "city=Oslo pay=paid 5"
+    assert paid == {"pay": 1}
