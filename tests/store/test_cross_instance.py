@@ -10,6 +10,7 @@ import asyncpg  # type: ignore[import-untyped]
 import pytest
 from sqlalchemy.engine import make_url
 
+from app.errors import StoreError
 from app.protocol import TextDeltaChunk
 from app.store import ChunkAppend, StreamUpdate, WriteBatch
 from app.store.sql import SqlStore
@@ -149,3 +150,34 @@ async def terminate_listeners(sql_url: str) -> None:
         )
         assert killed
     await connection.close()
+
+
+async def test_dropped_connections_are_store_errors_and_the_store_recovers(
+    postgres_url: str,
+) -> None:
+    async with SqlStore(postgres_url) as store:
+        await store.commit(WriteBatch(chunks=[ChunkAppend("s", [delta("s", 1)])]))
+        await terminate_connections(postgres_url)
+        errors: list[BaseException] = []
+        for sequence in range(2, 12):
+            try:
+                await store.commit(WriteBatch(chunks=[ChunkAppend("s", [delta("s", sequence)])]))
+            except StoreError as exc:
+                errors.append(exc)
+                await store.commit(WriteBatch(chunks=[ChunkAppend("s", [delta("s", sequence)])]))
+            assert (await store.get_stream("s")).last_sequence == sequence
+        assert all(type(error) is StoreError for error in errors)
+        assert [c.sequence for c in await store.read_chunks("s")] == list(range(1, 12))
+
+
+async def terminate_connections(sql_url: str) -> None:
+    url = make_url(sql_url)
+    connection = await asyncpg.connect(url.set(drivername="postgresql").render_as_string(False))
+    try:
+        await connection.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = $1 AND pid <> pg_backend_pid()",
+            url.database,
+        )
+    finally:
+        await connection.close()

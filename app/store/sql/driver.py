@@ -50,6 +50,11 @@ class RawConnection:
         self._raw = raw
         self._pg = backend == "postgresql"
 
+    @property
+    def closed(self) -> bool:
+        """Whether the server closed the connection (PostgreSQL; a SQLite file never does)."""
+        return bool(self._pg and self._raw.is_closed())
+
     async def fetch(self, statement: DriverSql, params: Mapping[str, Any]) -> list[Row]:
         """The statement's rows."""
         args = statement.args(params)
@@ -134,7 +139,11 @@ class ConnectionPool:
             if self._closed:
                 raise StoreClosedError("The store's connections are closed")
             if self._idle:
-                return self._idle.pop()
+                connection = self._idle.pop()
+                if not connection.closed:
+                    return connection
+                await self._discard(connection)
+                continue
             if self._open < self._size:
                 self._open += 1
                 try:
