@@ -11,7 +11,7 @@ import httpx
 from app.agents import AgentRegistry
 from app.settings import Settings
 from tests.api.conftest import Server, read_stream, serve
-from tests.runtime.agents import Calls
+from tests.runtime.agents import Calls, adder, delegator
 from tests.runtime.test_client_tools import client_agent
 from tests.store.conftest import database_url
 from tests.support import check_invariants
@@ -268,3 +268,31 @@ async def test_client_tools_and_approvals_over_http(tmp_path: Path) -> None:
     assert done.end == {"status": "completed"}
     assert status["output"] == "city=Oslo pay=paid 5"
     assert paid == {"pay": 1}
+
+
+async def test_the_server_cleans_up_finished_streams_past_their_retention(tmp_path: Path) -> None:
+    calls = Calls()
+    settings = Settings(
+        database_url=f"sqlite+aiosqlite:///{tmp_path / 'retention.db'}",
+        chunk_retention_hours=0.1 / 3600,
+        retention_interval=0.05,
+    )
+    registry = AgentRegistry([delegator(calls, adder(calls))])
+    async with (
+        serve(registry, calls, settings) as server,
+        httpx.AsyncClient(base_url=server.url) as client,
+    ):
+        await client.post(
+            "/start", json={"agentType": "parent", "message": "go", "sessionId": "old"}
+        )
+        first = await read_stream(client, "old")
+        assert first.chunks
+        for _ in range(100):
+            if not await server.runtime.store.read_chunks("old"):
+                break
+            await asyncio.sleep(0.05)
+        replay = await read_stream(client, "old")
+        status = (await client.get("/status/old")).json()
+    assert replay.chunks == []
+    assert replay.end == {"status": "completed"}
+    assert (status["status"], status["lastSequence"]) == ("completed", len(first.chunks))
