@@ -20,6 +20,7 @@ from app.protocol import (
     ToolPendingChunk,
     ToolStartChunk,
 )
+from app.store import StateStore
 
 
 def _short(value: Any) -> str:
@@ -97,3 +98,13 @@ async def until(condition: Callable[[], bool], *, timeout: float = 10.0) -> None
     while not condition():
         assert asyncio.get_running_loop().time() < deadline, "the condition never held"
         await asyncio.sleep(0.005)
+
+
+async def until_status(
+    store: StateStore, session_id: str, status: str, *, timeout: float = 15.0
+) -> None:
+    """Wait until the stored session has `status`, failing the test after `timeout` seconds."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while (await store.get_session(session_id)).status != status:
+        assert asyncio.get_running_loop().time() < deadline, f"{session_id} never became {status}"
+        await asyncio.sleep(0.01)

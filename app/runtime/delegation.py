@@ -8,7 +8,7 @@ resumes from its own checkpoint, and only a missing one runs from scratch (`_set
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, JsonValue
@@ -43,26 +43,36 @@ async def run_sub_agent(
 ) -> CallResult | None:
     """Run the local child for `call` and return its outcome as the parent's tool result."""
     assert call.id is not None
-    parsed = parse_arguments(call.name, tool.input_schema, call.arguments)
-    if isinstance(parsed, CallResult):
-        return parsed
-    child_input = parsed.model_dump(mode="json")
-    child_id = sub_session_id(parent.session_id, call.id)
-    life = _child_life(parent, tool, call.id, child_id, child_input, fresh)
-    return await delegate(parent, call.id, tool.agent.name, child_id, child_input, life)
+    call_id = call.id
+    child_id = sub_session_id(parent.session_id, call_id)
+    return await delegate(
+        parent,
+        call,
+        tool.input_schema,
+        tool.agent.name,
+        child_id,
+        lambda child_input: _child_life(parent, tool, call_id, child_id, child_input, fresh),
+    )
 
 
 async def delegate(
     parent: SessionRun,
-    call_id: str,
+    call: ToolCall,
+    input_schema: type[BaseModel],
     agent_type: str,
     child_id: str,
-    child_input: dict[str, JsonValue],
-    life: Coroutine[Any, Any, Outcome],
+    life: Callable[[dict[str, JsonValue]], Coroutine[Any, Any, Outcome]],
 ) -> CallResult | None:
-    """Frame a child's life in the parent's stream (subagent_start ... subagent_end), with the
-    parent's hooks, and turn its outcome into the parent's tool result. None when the child was
-    dropped because the parent suspended: the call stays unanswered, to run again on resume."""
+    """Run a child for `call` (local or remote: `life` runs it on its validated input), framed in
+    the parent's stream (subagent_start ... subagent_end) with the parent's hooks, and turn its
+    outcome into the parent's tool result. None when the child was dropped because the parent
+    suspended: the call stays unanswered, to run again on resume."""
+    assert call.id is not None
+    call_id = call.id
+    parsed = parse_arguments(call.name, input_schema, call.arguments)
+    if isinstance(parsed, CallResult):
+        return parsed
+    child_input = parsed.model_dump(mode="json")
     hooks = parent.agent.hooks
     await fire(hooks.before_sub_agent, parent.hook_context(), agent_type, child_id, child_input)
     parent.emit(
@@ -70,7 +80,7 @@ async def delegate(
     )
     # The child's whole life runs in a task of its own, shielded from this call's cancellation:
     # when the parent stops, the child still records its own stop, even one still being created.
-    task = asyncio.get_running_loop().create_task(life)
+    task = asyncio.get_running_loop().create_task(life(child_input))
     parent.child_tasks.add(task)
     task.add_done_callback(parent.child_tasks.discard)
     outcome = await asyncio.shield(task)

@@ -21,7 +21,7 @@ from app.agents.remote import RemoteSubAgentTool
 from app.errors import RemoteAgentError
 from app.ids import remote_session_id
 from app.protocol import BaseChunk, RemoteRef, SubSessionRef, ToolCall
-from app.runtime.calls import CallResult, describe_validation_error, parse_arguments
+from app.runtime.calls import CallResult, describe_validation_error
 from app.runtime.delegation import delegate
 from app.runtime.session import Outcome, SessionRun, StopReason
 from app.store import RefUpsert, WriteBatch, now_ms
@@ -65,13 +65,16 @@ async def run_remote_sub_agent(
 ) -> CallResult | None:
     """Run the remote child for `call` and return its outcome as the parent's tool result."""
     assert call.id is not None
-    parsed = parse_arguments(call.name, tool.input_schema, call.arguments)
-    if isinstance(parsed, CallResult):
-        return parsed
-    child_input = parsed.model_dump(mode="json")
-    child_id = remote_session_id(parent.session_id, call.id)
-    life = _remote_life(parent, tool, call.id, child_id, child_input, fresh)
-    return await delegate(parent, call.id, tool.remote_agent_type, child_id, child_input, life)
+    call_id = call.id
+    child_id = remote_session_id(parent.session_id, call_id)
+    return await delegate(
+        parent,
+        call,
+        tool.input_schema,
+        tool.remote_agent_type,
+        child_id,
+        lambda child_input: _remote_life(parent, tool, call_id, child_id, child_input, fresh),
+    )
 
 
 async def _remote_life(

@@ -20,6 +20,7 @@ from app.models import Model, ModelEvent, ModelRequest, TextDelta, ToolCall, Too
 from app.protocol import ToolMessage
 from app.store import MemoryStore, StateStore, create_store
 from tests.store.conftest import database_url
+from tests.support import until, until_status
 
 
 class Job(BaseModel):
@@ -107,13 +108,6 @@ async def opener(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
         yield fresh
 
 
-async def wait_until(condition: Any, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.005)
-
-
 async def test_a_run_stopped_between_steps_resumes_on_a_fresh_store(opener: Any) -> None:
     calls: Counter[str] = Counter()
     pause = {"worker": 0.05, "tool": 0.1}
@@ -121,7 +115,7 @@ async def test_a_run_stopped_between_steps_resumes_on_a_fresh_store(opener: Any)
     async with opener() as store, AgentRuntime(registry, store=store) as runtime:
         handle = await runtime.execute("root", "go", session_id="r")
         # Every worker has made its first model call and is running its first tool.
-        await wait_until(lambda: sum(k.startswith("tool") for k in calls) == 3)
+        await until(lambda: sum(k.startswith("tool") for k in calls) == 3)
         await runtime.interrupt("r", "pause")
         assert (await handle.result()).status == "interrupted"
         stopped = Counter(calls)
@@ -157,7 +151,7 @@ async def test_a_run_abandoned_mid_step_is_taken_over_on_a_fresh_store(opener: A
         ) as doomed:
             await doomed.execute("root", "go", session_id="r")
             # Each worker has committed its first step and is inside its second model call.
-            await wait_until(lambda: sum(k.endswith(" 1") and "sub" in k for k in calls) == 3)
+            await until(lambda: sum(k.endswith(" 1") and "sub" in k for k in calls) == 3)
         # Leaving the block stops the runtime as a crash would: nothing more is written.
         assert (await store.get_session("r")).status == "running"
         crashed = Counter(calls)
@@ -166,7 +160,7 @@ async def test_a_run_abandoned_mid_step_is_taken_over_on_a_fresh_store(opener: A
         opener() as store,
         AgentRuntime(registry, store=store, takeover_interval=0.05) as heir,
     ):
-        await wait_until_completed(store, "r")
+        await until_status(store, "r", "completed")
         chunks = [chunk async for chunk in heir.follow("r")]
         status = await heir.status("r")
 
@@ -180,13 +174,6 @@ async def test_a_run_abandoned_mid_step_is_taken_over_on_a_fresh_store(opener: A
     )
     # Only the model calls in flight at the crash were made again.
     assert calls == EVERY_CALL + in_flight
-
-
-async def wait_until_completed(store: StateStore, session_id: str) -> None:
-    deadline = time.monotonic() + 15
-    while (await store.get_session(session_id)).status != "completed":
-        assert time.monotonic() < deadline, "the run was not finished by the takeover"
-        await asyncio.sleep(0.02)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -206,7 +193,7 @@ async def test_an_interrupt_sent_to_another_process_stops_the_tree(shared_url: s
         AgentRuntime(registry, store=there, owner_id="there") as elsewhere,
     ):
         handle = await running.execute("root", "go", session_id="r")
-        await wait_until(lambda: sum(k.startswith("tool") for k in calls) == 3)
+        await until(lambda: sum(k.startswith("tool") for k in calls) == 3)
         asked = time.monotonic()
         assert await elsewhere.interrupt("r", "from afar") == "running"
         result = await handle.result()

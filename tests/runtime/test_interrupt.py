@@ -24,6 +24,7 @@ from app.models import (
 )
 from app.protocol import AssistantMessage, Chunk, ToolMessage
 from app.store import MemoryStore, WriteBatch
+from tests.support import until, until_status
 
 
 class Job(BaseModel):
@@ -118,19 +119,12 @@ TREE = [
 ]
 
 
-async def wait_for(predicate: Callable[[], bool], timeout: float = 5) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.005)
-
-
 async def test_interrupt_stops_the_whole_tree_mid_stream_and_resume_finishes_it() -> None:
     calls: Counter[str] = Counter()
     delays = {"root": 0.001, "processor": 0.001, "leaf": 0.2}
     async with AgentRuntime(build_tree(calls, delays)) as runtime:
         handle = await runtime.execute("root", "process everything", session_id="r")
-        await wait_for(lambda: calls["leaf"] == 4)
+        await until(lambda: calls["leaf"] == 4)
         await asyncio.sleep(0.3)  # every leaf is now part-way through streaming its text
         started = time.perf_counter()
         assert await runtime.interrupt("r", "user clicked Stop") == "running"
@@ -194,7 +188,7 @@ async def test_resume_rules() -> None:
         handle = await runtime.execute("root", "go", session_id="r")
         with pytest.raises(SessionRunningError):
             await runtime.resume("r")
-        await wait_for(lambda: calls["leaf"] > 0)
+        await until(lambda: calls["leaf"] > 0)
         with pytest.raises(SessionNotResumableError, match="is a sub-agent: resume its root"):
             await runtime.resume(TREE[1])
         await handle.result()
@@ -235,13 +229,13 @@ async def test_a_run_abandoned_by_its_process_is_taken_over() -> None:
             registry, store=store, lease_ms=300, takeover_interval=None
         ) as dead:
             await dead.execute("root", "go", session_id="r")
-            await wait_for(lambda: calls["leaf"] == 4)
+            await until(lambda: calls["leaf"] == 4)
         # The first runtime stopped as if its process died: the tree is still `running`.
         assert (await store.get_session("r")).status == "running"
         committed = Counter(calls)
         delays["leaf"] = 0
         async with AgentRuntime(registry, store=store, takeover_interval=0.05) as heir:
-            await wait_for_status(store, "r", "completed")
+            await until_status(store, "r", "completed")
             status = await heir.status("r")
             chunks = [chunk async for chunk in heir.follow("r")]
 
@@ -250,13 +244,6 @@ async def test_a_run_abandoned_by_its_process_is_taken_over() -> None:
     # Only the leaf calls in flight when the first process stopped were made again.
     assert committed == {"root": 1, "processor": 2, "leaf": 4}
     assert calls == {"root": 2, "processor": 4, "leaf": 8}
-
-
-async def wait_for_status(store: MemoryStore, session_id: str, status: str) -> None:
-    deadline = time.monotonic() + 5
-    while (await store.get_session(session_id)).status != status:
-        assert time.monotonic() < deadline, f"{session_id} never became {status}"
-        await asyncio.sleep(0.01)
 
 
 class SlowCommitStore(MemoryStore):
