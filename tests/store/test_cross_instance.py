@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 
 import asyncpg  # type: ignore[import-untyped]
 import pytest
@@ -31,10 +31,10 @@ async def pair(sql_url: str) -> AsyncIterator[tuple[SqlStore, SqlStore]]:
         yield writer, reader
 
 
-async def timed(awaitable: object) -> float:
+async def timed(awaitable: Awaitable[object]) -> float:
     loop = asyncio.get_running_loop()
     started = loop.time()
-    await asyncio.wait_for(awaitable, 10)  # type: ignore[arg-type]
+    await asyncio.wait_for(awaitable, 10)
     return loop.time() - started
 
 

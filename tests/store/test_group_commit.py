@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import AsyncIterator, Sequence
 from typing import Literal
 
@@ -31,7 +30,7 @@ def delta(stream_id: str, sequence: int) -> TextDeltaChunk:
 
 def session(session_id: str, **changes: object) -> SessionRecord:
     record = SessionRecord(session_id, "agent", session_id, "running", 1, 1)
-    return dataclasses.replace(record, **changes)  # type: ignore[arg-type]
+    return record.evolve(**changes)
 
 
 @pytest.fixture
