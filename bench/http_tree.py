@@ -1,0 +1,223 @@
+"""The peer-bench tree over HTTP: trees started with POST /start and read to `event: end` by SSE.
+
+Same tree as bench/peer_tree.py and ../shared/peer-bench (parent + 3 parallel children, 8 model
+calls, 3 delegations, 3 `add` calls, critical path 4 model calls), served by `uvicorn
+app.main:app` in a subprocess (bench.agents:registry, model latency `--latency-ms`, a fresh
+store of `--store`). The client (httpx + httpx-sse, this process) runs each tree with an
+`AsyncClient` of its own, as a user would, POST /start then GET /stream/{id} to its end (one
+shared client would measure httpcore's pool, see `bench.support.http_client`); `conc` runs
+`--trees` trees at once, `seq` one after another.
+
+Before timing: one tree, checked from its stream (3 subagent_start before any subagent_end,
+`add` results 10, 11, 12, the parent's output naming all 3 results) and from the server's call
+counters (the `counters` agent: exactly 2 parent + 6 child model calls, 3 delegations, 3 adds);
+then 5 warm-up trees. After: the counters moved by exactly `trees` x those numbers.
+
+Figures (one JSON line per run, the peers' keys where they exist): wall_s, trees_per_s,
+overhead_ratio = wall / ideal (ideal 4 x latency, x trees when sequential), tree_p50_ms /
+tree_p99_ms (POST to end, per tree), server_cpu_ms_per_model_call (the server process only;
+PostgreSQL's own CPU is not in it), server_cpu_s / server_runq_s (CPU used, and time spent
+runnable but waiting for a CPU: their sum near wall_s means the server was CPU-bound, by its
+own work or by the machine's other load), the same for this client process, loadavg and
+cpu_pressure_pct (PSI "some" avg10).
+
+    .venv/bin/python bench/http_tree.py --store postgres                 # 100 trees, L = 50 ms
+    .venv/bin/python bench/http_tree.py --store sqlite --scenario seq --trees 10
+    .venv/bin/python bench/http_tree.py --all --rounds 3                 # medians per store
+
+Target: overhead ratio 2.0 or less on PostgreSQL at 100 concurrent trees, L = 50 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from httpx_sse import aconnect_sse
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.support import (
+    Usage,
+    http_client,
+    noise,
+    percentile,
+    py_spy,
+    run_rounds,
+    server,
+    temporary_store,
+    versions,
+)
+
+EXPECTED = {"model_parent": 2, "model_child": 6, "tool_delegate": 3, "tool_add": 3}
+OUTPUT = "parent done: child result 10 | child result 11 | child result 12"
+
+
+async def stream(client: httpx.AsyncClient, stream_id: str) -> tuple[list[dict[str, Any]], Any]:
+    """Every chunk of the stream (parsed) and the end event's data."""
+    chunks: list[dict[str, Any]] = []
+    async with aconnect_sse(client, "GET", f"/stream/{stream_id}") as source:
+        source.response.raise_for_status()
+        async for event in source.aiter_sse():
+            if not event.data:
+                continue
+            if event.event == "end":
+                return chunks, json.loads(event.data)
+            chunks.append(json.loads(event.data))
+    raise AssertionError("the stream closed before its end event")
+
+
+async def start(client: httpx.AsyncClient, agent: str, message: str) -> str:
+    response = await client.post("/start", json={"agentType": agent, "message": message})
+    response.raise_for_status()
+    stream_id: str = response.json()["streamId"]
+    return stream_id
+
+
+async def tree(url: str) -> tuple[float, list[dict[str, Any]]]:
+    """One tree, by a client of its own (as one user would): start it, read it to its end; its
+    duration (connecting included) and its chunks."""
+    started = time.perf_counter()
+    async with http_client(url) as client:
+        stream_id = await start(client, "parent", "do the thing")
+        chunks, end = await stream(client, stream_id)
+    elapsed = time.perf_counter() - started
+    assert end == {"status": "completed"}, end
+    outputs = [c["output"] for c in chunks if c["type"] == "output" and c["agentId"] == stream_id]
+    assert outputs == [OUTPUT], outputs
+    return elapsed, chunks
+
+
+def check_tree(chunks: list[dict[str, Any]]) -> None:
+    """The tree's shape, from its stream: 3 children ran in parallel, each called `add`."""
+    kinds = [c["type"] for c in chunks]
+    starts = [i for i, kind in enumerate(kinds) if kind == "subagent_start"]
+    ends = [i for i, kind in enumerate(kinds) if kind == "subagent_end"]
+    assert (len(starts), len(ends)) == (3, 3), kinds
+    assert max(starts) < min(ends), "the 3 delegations did not overlap"
+    adds = sorted(c["result"] for c in chunks if c["type"] == "tool_end" and c["toolName"] == "add")
+    assert adds == [10, 11, 12], adds
+
+
+async def counters(client: httpx.AsyncClient) -> dict[str, int]:
+    """The server's call counters (the `counters` agent answers with them)."""
+    chunks, _ = await stream(client, await start(client, "counters", "count"))
+    output = next(c["output"] for c in chunks if c["type"] == "output")
+    counts: dict[str, int] = json.loads(output)
+    return counts
+
+
+def moved(before: dict[str, int], after: dict[str, int], trees: int) -> None:
+    delta = {k: after.get(k, 0) - before.get(k, 0) for k in EXPECTED}
+    assert delta == {k: v * trees for k, v in EXPECTED.items()}, delta
+
+
+async def measure(args: argparse.Namespace) -> dict[str, Any]:
+    latency = args.latency_ms / 1000
+    env = {"BENCH_LATENCY_MS": str(args.latency_ms)}
+    async with (
+        temporary_store(args.store) as url,
+        server(url, loop=args.loop, env=env) as running,
+        http_client(running.url) as client,
+    ):
+        before = await counters(client)
+        _, chunks = await tree(running.url)
+        check_tree(chunks)
+        moved(before, await counters(client), 1)
+        await asyncio.gather(*(tree(running.url) for _ in range(5)))
+        before = await counters(client)
+        server_usage = running.usage()
+        client_usage = Usage(os.getpid()).start()
+        started = time.perf_counter()
+        async with py_spy(running.pid, args.profile), asyncio.timeout(args.timeout):
+            if args.scenario == "seq":
+                durations = [(await tree(running.url))[0] for _ in range(args.trees)]
+            else:
+                runs = await asyncio.gather(*(tree(running.url) for _ in range(args.trees)))
+                durations = [elapsed for elapsed, _ in runs]
+        wall = time.perf_counter() - started
+        server_usage.stop()
+        client_usage.stop()
+        moved(before, await counters(client), args.trees)
+    calls = 8 * args.trees
+    ideal = 4 * latency * (args.trees if args.scenario == "seq" else 1)
+    return {
+        "bench": "http_tree",
+        "store": args.store,
+        "scenario": args.scenario,
+        "trees": args.trees,
+        "latency_ms": args.latency_ms,
+        "wall_s": round(wall, 4),
+        "trees_per_s": round(args.trees / wall, 2),
+        "overhead_ratio": round(wall / ideal, 3) if ideal else None,
+        "tree_p50_ms": round(percentile(durations, 50) * 1000, 1),
+        "tree_p99_ms": round(percentile(durations, 99) * 1000, 1),
+        "ms_per_model_call": round(wall * 1000 / calls, 3),
+        "server_cpu_ms_per_model_call": round(server_usage.cpu * 1000 / calls, 3),
+        **server_usage.figures("server"),
+        **client_usage.figures("client"),
+        "loop": args.loop,
+        **noise(),
+        **versions(),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--store", choices=["memory", "sqlite", "postgres"], default="postgres")
+    parser.add_argument("--scenario", choices=["conc", "seq"], default="conc")
+    parser.add_argument("--trees", type=int, default=100)
+    parser.add_argument("--latency-ms", type=float, default=50.0)
+    parser.add_argument("--loop", choices=["auto", "asyncio", "uvloop"], default="auto")
+    parser.add_argument("--timeout", type=float, default=300.0, help="bound on the timed run (s)")
+    parser.add_argument("--profile", help="py-spy the server's timed run into this file")
+    parser.add_argument("--all", action="store_true", help="every store, --rounds times")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--stores", default="sqlite,postgres")
+    args = parser.parse_args()
+    if args.all:
+        configs = [
+            (
+                f"{store} {args.scenario}{args.trees} L{args.latency_ms:g}",
+                [
+                    "--store",
+                    store,
+                    "--scenario",
+                    args.scenario,
+                    "--trees",
+                    str(args.trees),
+                    "--latency-ms",
+                    str(args.latency_ms),
+                    "--loop",
+                    args.loop,
+                ],
+            )
+            for store in args.stores.split(",")
+        ]
+        keys = [
+            "overhead_ratio",
+            "wall_s",
+            "trees_per_s",
+            "tree_p50_ms",
+            "tree_p99_ms",
+            "server_cpu_ms_per_model_call",
+            "server_cpu_s",
+            "server_runq_s",
+            "client_cpu_s",
+        ]
+        run_rounds(__file__, configs, args.rounds, keys)
+        return
+    print(json.dumps(asyncio.run(measure(args))))
+
+
+if __name__ == "__main__":
+    main()
