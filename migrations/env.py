@@ -6,15 +6,14 @@ Run by the store itself (`app.store.sql.migrate`, which hands over its connectio
 
 from __future__ import annotations
 
-import asyncio
 import os
 from logging.config import fileConfig
 
 from alembic import context
 from sqlalchemy import Connection
 
-from app.store.sql.engines import create_engine, ensure_sqlite_folder, parse_url
-from app.store.sql.migrate import run_locked
+from app.store.sql.engines import ensure_sqlite_folder, parse_url
+from app.store.sql.migrate import run_off_loop
 from app.store.sql.tables import metadata
 
 config = context.config
@@ -43,16 +42,12 @@ def database_url() -> str:
     return url
 
 
-async def run_online(url: str) -> None:
+def run_online(url: str) -> None:
     """Open the database with the store's own engine settings and migrate it."""
     parsed, backend = parse_url(url)
     if backend == "sqlite":
         ensure_sqlite_folder(parsed)
-    engine = create_engine(parsed, backend, listener=True)
-    try:
-        await run_locked(engine, backend, configure_and_run)
-    finally:
-        await engine.dispose()
+    run_off_loop(parsed, backend, configure_and_run)
 
 
 def main() -> None:
@@ -71,7 +66,7 @@ def main() -> None:
         with context.begin_transaction():
             context.run_migrations()
         return
-    asyncio.run(run_online(url))
+    run_online(url)
 
 
 main()

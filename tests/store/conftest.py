@@ -5,7 +5,7 @@ PostgreSQL tests use the server at `TEST_POSTGRES_URL` (default
 Creating a database costs up to half a second, so each test run creates a few, empties one
 (`DROP SCHEMA public CASCADE`) before lending it to the next test, and drops them all at the end.
 When that server cannot be reached the tests fail if `CI` is set, and are skipped with the reason
-otherwise. Every test here also fails if it blocked the event loop.
+otherwise. (tests/conftest.py fails any test that blocks the event loop.)
 """
 
 from __future__ import annotations
@@ -31,9 +31,6 @@ SQL_BACKENDS = ["sqlite", "postgres"]
 POSTGRES_URL = os.environ.get(
     "TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
 )
-
-LOOP_BLOCK_LIMIT = 0.5
-"""Seconds the event loop may go without running a 10 ms heartbeat before the test fails."""
 
 _unreachable: list[str] = []
 _probed = False
@@ -158,23 +155,3 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         return
     async with database_url(request.param, tmp_path) as url, SqlStore(url) as sql_store:
         yield sql_store
-
-
-@pytest.fixture(autouse=True)
-async def _fail_if_the_loop_blocks() -> AsyncIterator[None]:
-    loop = asyncio.get_running_loop()
-    worst = 0.0
-
-    async def heartbeat() -> None:
-        nonlocal worst
-        while True:
-            started = loop.time()
-            await asyncio.sleep(0.01)
-            worst = max(worst, loop.time() - started - 0.01)
-
-    task = asyncio.create_task(heartbeat())
-    yield
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-    assert worst < LOOP_BLOCK_LIMIT, f"The event loop was blocked for {worst:.3f}s"

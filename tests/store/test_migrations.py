@@ -6,6 +6,7 @@ import asyncio
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +14,12 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import Connection, inspect
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.engine import URL
 
 from app.errors import DefinitionError, StoreError
 from app.store import WriteBatch, create_store
 from app.store.sql import SqlStore, migrate
-from app.store.sql.engines import create_engine, parse_url
+from app.store.sql.engines import Backend, create_engine, parse_url
 from app.store.sql.migrate import downgrade, upgrade
 from app.store.sql.tables import metadata
 
@@ -34,35 +35,43 @@ def table_names(connection: Connection) -> set[str]:
     return set(inspect(connection).get_table_names())
 
 
-async def inspect_with(engine: AsyncEngine, fn: Any) -> Any:
-    async with engine.connect() as connection:
-        return await connection.run_sync(fn)
+def inspect_database(url: URL, backend: Backend, fn: Callable[[Connection], Any]) -> Any:
+    async def inspect() -> Any:
+        engine = create_engine(url, backend, pooled=False)
+        try:
+            async with engine.connect() as connection:
+                return await connection.run_sync(fn)
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(inspect())
+
+
+async def inspect_with(sql_url: str, fn: Callable[[Connection], Any]) -> Any:
+    """Run `fn` on the database in a thread: reflecting a schema is synchronous work."""
+    url, backend = parse_url(sql_url)
+    return await asyncio.to_thread(inspect_database, url, backend, fn)
 
 
 async def test_migrations_build_the_declared_schema_and_round_trip(sql_url: str) -> None:
     url, backend = parse_url(sql_url)
     if backend == "sqlite":
         Path(url.database or "").parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url, backend)
-    try:
-        assert await inspect_with(engine, table_names) == set()
-        await upgrade(engine, backend)
-        declared = set(metadata.tables)
-        assert await inspect_with(engine, table_names) == declared | {"alembic_version"}
-        assert await inspect_with(engine, drift) == []
+    assert await inspect_with(sql_url, table_names) == set()
+    await upgrade(url, backend)
+    declared = set(metadata.tables)
+    assert await inspect_with(sql_url, table_names) == declared | {"alembic_version"}
+    assert await inspect_with(sql_url, drift) == []
 
-        await downgrade(engine, backend, "base")
-        assert await inspect_with(engine, table_names) == {"alembic_version"}
+    await downgrade(url, backend, "base")
+    assert await inspect_with(sql_url, table_names) == {"alembic_version"}
 
-        await upgrade(engine, backend)
-        assert await inspect_with(engine, drift) == []
-        await upgrade(engine, backend)
-    finally:
-        await engine.dispose()
+    await upgrade(url, backend)
+    assert await inspect_with(sql_url, drift) == []
+    await upgrade(url, backend)
 
 
 async def test_the_documented_command_migrates_by_hand(sql_url: str) -> None:
-    url, backend = parse_url(sql_url)
     process = await asyncio.create_subprocess_exec(
         str(Path(sys.executable).with_name("alembic")),
         "upgrade",
@@ -74,11 +83,7 @@ async def test_the_documented_command_migrates_by_hand(sql_url: str) -> None:
     )
     output, _ = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode == 0, output.decode()
-    engine = create_engine(url, backend)
-    try:
-        assert await inspect_with(engine, drift) == []
-    finally:
-        await engine.dispose()
+    assert await inspect_with(sql_url, drift) == []
     async with SqlStore(sql_url) as store:
         await store.commit(WriteBatch())
 

@@ -84,9 +84,10 @@ def _json_dumps(value: Any) -> str:
 
 
 def create_engine(
-    url: URL, backend: Backend, *, pool_size: int = 5, listener: bool = False
+    url: URL, backend: Backend, *, pool_size: int = 5, pooled: bool = True
 ) -> AsyncEngine:
-    """An engine for `url`; a `listener` engine opens unpooled connections (for LISTEN).
+    """An engine for `url`; an engine not `pooled` opens a connection per use (the LISTEN
+    connection, migrations).
 
     On SQLite, transactions SQLAlchemy begins (the migrations') start with `BEGIN IMMEDIATE`.
     """
@@ -94,7 +95,7 @@ def create_engine(
         "json_serializer": _json_dumps,
         "json_deserializer": pydantic_core.from_json,
     }
-    if listener:
+    if not pooled:
         options["poolclass"] = NullPool
     else:
         options["pool_size"] = pool_size

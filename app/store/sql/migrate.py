@@ -8,16 +8,18 @@ By hand: `DATABASE_URL=... .venv/bin/alembic upgrade head` from the repository's
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, text
+from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.errors import StoreError
-from app.store.sql.engines import Backend
+from app.store.sql.engines import Backend, create_engine
 
 MIGRATIONS_CANDIDATES = (
     Path(__file__).resolve().parents[3] / "migrations",
@@ -61,19 +63,37 @@ async def run_locked(
         await connection.run_sync(work)
 
 
-async def upgrade(engine: AsyncEngine, backend: Backend, revision: str = "head") -> None:
-    """Migrate the database `engine` reaches up to `revision`."""
+def run_off_loop(url: URL, backend: Backend, work: Callable[[Connection], None]) -> None:
+    """Run `work` under the migration lock on a connection of its own, in this thread's own
+    event loop (call it in a worker thread: see `upgrade`)."""
+
+    async def locked() -> None:
+        engine = create_engine(url, backend, pooled=False)
+        try:
+            await run_locked(engine, backend, work)
+        finally:
+            await engine.dispose()
+
+    asyncio.run(locked())
+
+
+async def upgrade(url: URL, backend: Backend, revision: str = "head") -> None:
+    """Migrate the database at `url` up to `revision`.
+
+    Alembic works synchronously (loading scripts, rendering DDL), so it runs in a worker thread
+    with its own event loop and connection, and never stalls the caller's loop.
+    """
 
     def work(connection: Connection) -> None:
         command.upgrade(alembic_config(connection), revision)
 
-    await run_locked(engine, backend, work)
+    await asyncio.to_thread(run_off_loop, url, backend, work)
 
 
-async def downgrade(engine: AsyncEngine, backend: Backend, revision: str) -> None:
-    """Migrate the database `engine` reaches down to `revision` (`base` empties it)."""
+async def downgrade(url: URL, backend: Backend, revision: str) -> None:
+    """Migrate the database at `url` down to `revision` (`base` empties it), off the loop."""
 
     def work(connection: Connection) -> None:
         command.downgrade(alembic_config(connection), revision)
 
-    await run_locked(engine, backend, work)
+    await asyncio.to_thread(run_off_loop, url, backend, work)

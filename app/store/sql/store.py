@@ -97,10 +97,10 @@ class SqlStore(StateStore):
         if not pg:
             with translate_errors("create the database's folder"):
                 ensure_sqlite_folder(self._url)
+        with translate_errors("migrate the database"):
+            await upgrade(self._url, self.backend)
         self._engine = create_engine(self._url, self.backend, pool_size=self._pool_size)
         try:
-            with translate_errors("migrate the database"):
-                await upgrade(self._engine, self.backend)
             self._pool = ConnectionPool(self._engine, self.backend, size=self._pool_size)
             self._poller = Poller(
                 self._pool,
@@ -112,7 +112,7 @@ class SqlStore(StateStore):
             )
             if pg:
                 self._listener = PgListener(
-                    create_engine(self._url, self.backend, listener=True),
+                    create_engine(self._url, self.backend, pooled=False),
                     origin=self._origin,
                     on_stream=self._waiters.notified,
                     on_interrupt=self._notify_interrupt,
