@@ -63,6 +63,8 @@ def create_app(registry: AgentRegistry, *, settings: Settings | None = None) -> 
             takeover_interval=settings.takeover_interval,
             flush_delay=settings.flush_delay,
         )
+        # Built now, off the event loop: the first request for it would block the loop ~0.5 s.
+        await asyncio.to_thread(app.openapi)
         async with store, runtime:
             app.state.runtime = runtime
             cleanup = asyncio.get_running_loop().create_task(_clean_up_streams(store, settings))

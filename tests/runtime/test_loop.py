@@ -49,9 +49,9 @@ ADD = define_tool("add", description="Add.", input_schema=AddInput)(add)
 
 
 async def run(
-    agent: AgentConfig, message: str = "go"
+    agent: AgentConfig, message: str = "go", *, flush_delay: float = 0.005
 ) -> tuple[RunResult, list[str], list[Message]]:
-    async with AgentRuntime(AgentRegistry([agent])) as runtime:
+    async with AgentRuntime(AgentRegistry([agent]), flush_delay=flush_delay) as runtime:
         result = await (await runtime.execute(agent, message, session_id="s")).result()
         chunks = [chunk async for chunk in runtime.follow("s")]
         messages = await runtime.store.load_messages("s")
@@ -354,7 +354,8 @@ async def test_a_retried_model_call_commits_only_the_last_attempt() -> None:
             yield TextDelta("three is five.")
 
     agent = define_agent("flaky", model=RetryingModel(Flaky(), base_delay=0.001))
-    result, chunks, messages = await run(agent)
+    # No timed flush may commit the failed attempt's delta before the retry is announced.
+    result, chunks, messages = await run(agent, flush_delay=60)
     assert (result.status, result.output) == ("completed", "Two plus three is five.")
     assert messages[1] == AssistantMessage(content="Two plus three is five.")
     # The failed attempt's text was not committed yet, so it never reached the stream.
