@@ -16,10 +16,11 @@ then 5 warm-up trees. After: the counters moved by exactly `trees` x those numbe
 Figures (one JSON line per run, the peers' keys where they exist): wall_s, trees_per_s,
 overhead_ratio = wall / ideal (ideal 4 x latency, x trees when sequential), tree_p50_ms /
 tree_p99_ms (POST to end, per tree), server_cpu_ms_per_model_call (the server process only;
-PostgreSQL's own CPU is not in it), server_cpu_s / server_runq_s (CPU used, and time spent
-runnable but waiting for a CPU: their sum near wall_s means the server was CPU-bound, by its
-own work or by the machine's other load), the same for this client process, loadavg and
-cpu_pressure_pct (PSI "some" avg10).
+PostgreSQL's own CPU is not in it), cpu_floor_ratio = server_cpu_s / ideal (the ratio the
+server's CPU alone would allow on one free core), server_cpu_s / server_runq_s (CPU used, and
+time spent runnable but waiting for a CPU: their sum near wall_s means the server was
+CPU-bound, by its own work or by the machine's other load), the same for this client process,
+loadavg and cpu_pressure_pct (PSI "some" avg10).
 
     .venv/bin/python bench/http_tree.py --store postgres                 # 100 trees, L = 50 ms
     .venv/bin/python bench/http_tree.py --store sqlite --scenario seq --trees 10
@@ -161,6 +162,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         "tree_p99_ms": round(percentile(durations, 99) * 1000, 1),
         "ms_per_model_call": round(wall * 1000 / calls, 3),
         "server_cpu_ms_per_model_call": round(server_usage.cpu * 1000 / calls, 3),
+        "cpu_floor_ratio": round(server_usage.cpu / ideal, 2) if ideal else None,
         **server_usage.figures("server"),
         **client_usage.figures("client"),
         "loop": args.loop,
@@ -210,7 +212,7 @@ def main() -> None:
             "tree_p50_ms",
             "tree_p99_ms",
             "server_cpu_ms_per_model_call",
-            "server_cpu_s",
+            "cpu_floor_ratio",
             "server_runq_s",
             "client_cpu_s",
         ]

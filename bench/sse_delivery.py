@@ -15,12 +15,16 @@ Figures (one JSON line per run):
 - `p50_ms`, `p99_ms`, `max_ms`: latency from each chunk's `timestamp` (ms since epoch, set when
   the runtime emitted it) to the moment a client parsed it, over every chunk of every client
   (timestamps are whole ms, so figures carry up to 1 ms of rounding);
-- `server_cpu_s`, `client_cpu_s` over the timed run, to see which side was CPU-bound.
+- `server_cpu_us_per_chunk`: the server's CPU per chunk delivered (to one client), the figure
+  least bent by a busy machine: 1e6 / it is the rate one free core could sustain;
+- `server_cpu_s` / `server_runq_s` (CPU used, and time spent runnable but waiting for a CPU),
+  the same for this client process, `loadavg` and `cpu_pressure_pct` (PSI some avg10): on a
+  shared machine, cpu + runq near wall_s means the process was starved, not idle.
 Every client must receive every sequence 1..N once, in order, and every delta unjoined.
 
     .venv/bin/python bench/sse_delivery.py --store memory                 # 1 client, max speed
     .venv/bin/python bench/sse_delivery.py --store postgres --rate 20000  # paced at the target
-    .venv/bin/python bench/sse_delivery.py --store sqlite --clients 100 --chunks 5000
+    .venv/bin/python bench/sse_delivery.py --store sqlite --clients 100 --chunks 1000
     .venv/bin/python bench/sse_delivery.py --all --rounds 3               # the table of medians
 
 Targets: at least 20,000 chunks/s to one client, p99 under 50 ms.
@@ -163,6 +167,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         "p99_ms": round(percentile(latencies, 99), 2),
         "max_ms": round(max(latencies), 2),
         "wall_s": round(wall, 3),
+        "server_cpu_us_per_chunk": round(server_usage.cpu * 1e6 / (args.clients * chunks), 1),
         **server_usage.figures("server"),
         **client_usage.figures("client"),
         "late_connect_ms": round(max(0.0, all_connected * 1000 - first_emit_ms), 1),
@@ -188,7 +193,7 @@ def main() -> None:
     parser.add_argument("--all", action="store_true", help="every config, --rounds times")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--stores", default="memory,sqlite,postgres")
-    parser.add_argument("--fanout-chunks", type=int, default=5_000, help="stream for 100 clients")
+    parser.add_argument("--fanout-chunks", type=int, default=1_000, help="stream for 100 clients")
     args = parser.parse_args()
     if args.agents < 2:
         parser.error("--agents must be at least 2, or adjacent deltas are joined")
@@ -213,7 +218,8 @@ def main() -> None:
             "emitted_per_s",
             "p50_ms",
             "p99_ms",
-            "server_cpu_s",
+            "server_cpu_us_per_chunk",
+            "server_runq_s",
             "client_cpu_s",
         ]
         run_rounds(__file__, configs, args.rounds, keys)
