@@ -26,7 +26,8 @@ from app.protocol import (
 )
 from app.runtime.calls import CallResult, parse_arguments
 from app.runtime.hooks import fire
-from app.runtime.session import Outcome, SessionRun
+from app.runtime.outcome import Outcome
+from app.runtime.session import SessionRun
 from app.store import MessageAppend, RefUpsert, SessionRecord, WriteBatch, now_ms
 
 if TYPE_CHECKING:

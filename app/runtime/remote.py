@@ -23,7 +23,8 @@ from app.ids import remote_session_id
 from app.protocol import BaseChunk, RemoteRef, SubSessionRef, ToolCall
 from app.runtime.calls import CallResult, describe_validation_error
 from app.runtime.delegation import delegate
-from app.runtime.session import Outcome, SessionRun, StopReason
+from app.runtime.outcome import Outcome, StopReason
+from app.runtime.session import SessionRun
 from app.store import RefUpsert, WriteBatch, now_ms
 
 if TYPE_CHECKING:

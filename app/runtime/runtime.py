@@ -10,18 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, Self
 
-from pydantic import JsonValue
-from pydantic_core import PydanticSerializationError
-
-from app.agents import AgentConfig, AgentRegistry, input_to_message
+from app.agents import AgentConfig, AgentRegistry
 from app.errors import (
     InvalidRequestError,
     LifecycleError,
@@ -30,13 +25,14 @@ from app.errors import (
     StreamNotFoundError,
 )
 from app.ids import new_session_id, validate_session_id
-from app.protocol import Chunk, Message, SessionStatus, UserMessage
+from app.protocol import Message, SessionStatus, UserMessage
 from app.protocol.api import ApprovalBody, SessionStatusView, ToolResultBody, UsageView
-from app.runtime.answers import Answers
-from app.runtime.calls import to_json
 from app.runtime.emitter import StreamWriter
+from app.runtime.handle import RunHandle
+from app.runtime.inputs import Answers, first_message, json_input
+from app.runtime.outcome import Outcome, unanswered_calls
 from app.runtime.reader import StreamFollower
-from app.runtime.session import Outcome, SessionRun, unanswered_calls
+from app.runtime.session import SessionRun
 from app.store import (
     MemoryStore,
     MessageAppend,
@@ -48,42 +44,6 @@ from app.store import (
 )
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class RunResult:
-    """How a run ended."""
-
-    session_id: str
-    status: SessionStatus
-    output: JsonValue = None
-    error: str | None = None
-
-
-class RunHandle:
-    """A run this runtime started or resumed: await its result, or follow its stream."""
-
-    def __init__(self, runtime: AgentRuntime, session_id: str, task: asyncio.Task[Outcome]) -> None:
-        self.runtime = runtime
-        self.session_id = session_id
-        self.stream_id = session_id
-        self._task = task
-
-    async def result(self) -> RunResult:
-        """Wait for the run to stop (complete, fail, pause or be interrupted)."""
-        try:
-            outcome = await asyncio.shield(self._task)
-        except asyncio.CancelledError:
-            if self._task.cancelled():
-                raise LifecycleError(
-                    f"The runtime closed before session {self.session_id!r} finished"
-                ) from None
-            raise
-        return RunResult(self.session_id, outcome.status, outcome.output, outcome.error)
-
-    def stream(self, from_sequence: int = 0) -> AsyncIterator[Chunk]:
-        """The run's chunks after `from_sequence`, live, until the run stops."""
-        return self.runtime.follow(self.stream_id, from_sequence=from_sequence).__aiter__()
 
 
 class AgentRuntime:
@@ -199,8 +159,8 @@ class AgentRuntime:
         session_id = validate_session_id(session_id) if session_id else new_session_id()
         if parent_session_id is not None:
             validate_session_id(parent_session_id)
-        input_json = _json_input(input)
-        message = _first_message(message, input_json)
+        input_json = json_input(input)
+        message = first_message(message, input_json)
         state = config.initial_state(input_json)
         now = now_ms()
         record = SessionRecord(
@@ -487,24 +447,3 @@ class AgentRuntime:
                 interrupted=flag is not None,
                 interrupt_reason=flag.reason if flag else None,
             )
-
-
-def _json_input(input: Any) -> JsonValue:
-    if input is None:
-        return None
-    try:
-        return to_json(input)
-    except PydanticSerializationError as exc:
-        raise InvalidRequestError(f"input is not JSON-serialisable: {exc}") from exc
-
-
-def _first_message(message: str | None, input: JsonValue) -> str:
-    if message is not None:
-        if not isinstance(message, str):
-            raise InvalidRequestError("message must be a string")
-        return message
-    if isinstance(input, dict):
-        return input_to_message(input)
-    if input is not None:
-        return json.dumps(input, ensure_ascii=False)
-    raise InvalidRequestError("A run needs a message or an input")

@@ -13,12 +13,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol, assert_never
+from typing import TYPE_CHECKING, Any, Literal, assert_never
 
-from pydantic import BaseModel, JsonValue
+from pydantic import BaseModel
 
-from app.agents import FINISH_TOOL_NAME, AgentConfig, HookContext, SubAgentTool, Tool, ToolContext
+from app.agents import FINISH_TOOL_NAME, AgentConfig, HookContext, SubAgentTool, Tool
 from app.agents.remote import RemoteSubAgentTool
 from app.errors import AgentServerError, MaxStepsExceededError, RunError, StoreError
 from app.ids import tool_call_id
@@ -31,19 +30,18 @@ from app.protocol import (
     InterruptedChunk,
     Message,
     OutputChunk,
-    SessionStatus,
     SubSessionRef,
     TextDeltaChunk,
     ToolCall,
-    ToolEndChunk,
-    ToolMessage,
     ToolPendingChunk,
     ToolStartChunk,
     UserMessage,
 )
-from app.runtime.calls import CallResult, error_message, execute_tool, parse_arguments, to_json
+from app.runtime.calls import error_message
+from app.runtime.dispatch import Called, dispatch
 from app.runtime.emitter import StreamWriter
 from app.runtime.hooks import fire
+from app.runtime.outcome import Child, Outcome, StopReason, unanswered_calls
 from app.store import MessageAppend, RefUpsert, SessionRecord, StreamUpdate, WriteBatch, now_ms
 
 if TYPE_CHECKING:
@@ -53,47 +51,6 @@ logger = logging.getLogger(__name__)
 
 FINISH_REMINDER = f"Call the {FINISH_TOOL_NAME} tool with your final output to finish."
 """What an agent with an output schema is told when it answers with text alone."""
-
-StopReason = Literal["interrupted", "timeout", "parent_suspended", "shutdown"]
-"""Why a running session is being stopped from outside its loop."""
-
-
-class Child(Protocol):
-    """A running child a parent can stop: a local sub-agent's run, or a remote one's copier."""
-
-    def stop(self, reason: StopReason, message: str | None = None) -> None:
-        """Stop it (idempotent)."""
-
-
-def unanswered_calls(messages: Sequence[Message]) -> list[ToolCall]:
-    """The calls of the last model response that have no result yet, in call order."""
-    answered: set[str] = set()
-    for message in reversed(messages):
-        if isinstance(message, ToolMessage):
-            answered.add(message.tool_call_id)
-        elif isinstance(message, AssistantMessage):
-            return [call for call in message.tool_calls if call.id not in answered]
-        else:
-            return []
-    return []
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """How a run of a session ended."""
-
-    status: SessionStatus
-    output: JsonValue = None
-    error: str | None = None
-    failure_reason: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class _Called:
-    """One tool call's result, or the fact that it waits for the client."""
-
-    message: ToolMessage | None
-    finish: Outcome | None = None
 
 
 class SessionRun:
@@ -307,14 +264,14 @@ class SessionRun:
         fresh, self._fresh_calls = self._fresh_calls, False
         for call in calls:
             if call.name != FINISH_TOOL_NAME:
-                self._emit_start(call)
+                self.emit_tool_start(call)
         waiting = [call for call in calls if self._waits_for(call) is not None]
         if waiting:
             results = await self._suspending(calls, waiting, fresh)
         elif len(calls) == 1:
-            results = [await self._call(calls[0], fresh)]
+            results = [await dispatch(self, calls[0], fresh)]
         else:
-            results = await asyncio.gather(*(self._call(call, fresh) for call in calls))
+            results = await asyncio.gather(*(dispatch(self, call, fresh) for call in calls))
         answered = [result.message for result in results if result.message is not None]
         if len(answered) < len(results):
             return await self._end(Outcome("paused_awaiting_client"), answered)
@@ -326,7 +283,7 @@ class SessionRun:
 
     async def _suspending(
         self, calls: Sequence[ToolCall], waiting: Sequence[ToolCall], fresh: bool
-    ) -> list[_Called]:
+    ) -> list[Called]:
         """Run a step in which some calls wait for the client: the session suspends once the
         step's own tools have finished. Sub-agents done by then count; those still running are
         dropped, to start again when the session resumes (seed 002's cascade)."""
@@ -339,7 +296,7 @@ class SessionRun:
                 reason=self._waits_for(call),
             )
         others = [call for call in calls if call not in waiting]
-        tasks = [asyncio.ensure_future(self._call(call, fresh)) for call in others]
+        tasks = [asyncio.ensure_future(dispatch(self, call, fresh)) for call in others]
         tools = [
             task
             for task, call in zip(tasks, others, strict=True)
@@ -355,56 +312,10 @@ class SessionRun:
                 task.cancel()
             raise
         results = dict(zip((call.id for call in others), done, strict=True))
-        return [results.get(call.id, _Called(None)) for call in calls]
+        return [results.get(call.id, Called(None)) for call in calls]
 
-    async def _call(self, call: ToolCall, fresh: bool) -> _Called:
-        assert call.id is not None
-        tool = self.agent.tool_map.get(call.name)
-        if call.name == FINISH_TOOL_NAME and self.agent.output_schema is not None:
-            # A valid finish shows in the stream as the `output` chunk; a rejected one as a tool
-            # call that failed, so the model's mistake is visible.
-            parsed = parse_arguments(call.name, self.agent.output_schema, call.arguments)
-            if isinstance(parsed, CallResult):
-                self._emit_start(call)
-                result = CallResult(error=f"{parsed.error}. Fix the output and call it again.")
-            else:
-                output = to_json(parsed.model_dump(mode="json"))
-                message = ToolMessage(tool_call_id=call.id, tool_name=call.name, result=output)
-                return _Called(message, Outcome("completed", output=output))
-        elif tool is None:
-            offered = ", ".join(spec.name for spec in self.agent.tool_specs) or "none"
-            result = CallResult(error=f"Unknown tool {call.name!r}; available tools: {offered}")
-        elif isinstance(tool, SubAgentTool):
-            from app.runtime.delegation import run_sub_agent
-
-            delegated = await run_sub_agent(self, tool, call, fresh)
-            if delegated is None:
-                return _Called(None)
-            result = delegated
-        elif isinstance(tool, RemoteSubAgentTool):
-            from app.runtime.remote import run_remote_sub_agent
-
-            delegated = await run_remote_sub_agent(self, tool, call, fresh)
-            if delegated is None:
-                return _Called(None)
-            result = delegated
-        elif isinstance(tool, Tool):
-            result = await self._execute(tool, call)
-        else:
-            assert_never(tool)
-        self.emit(
-            ToolEndChunk,
-            tool_call_id=call.id,
-            tool_name=call.name,
-            result=result.result,
-            error=result.error,
-        )
-        message = ToolMessage(
-            tool_call_id=call.id, tool_name=call.name, result=result.result, error=result.error
-        )
-        return _Called(message)
-
-    def _emit_start(self, call: ToolCall) -> None:
+    def emit_tool_start(self, call: ToolCall) -> None:
+        """Announce a tool call in the stream."""
         self.emit(
             ToolStartChunk, tool_call_id=call.id, tool_name=call.name, arguments=call.arguments
         )
@@ -427,21 +338,6 @@ class SessionRun:
         if tool.requires_approval and call.id not in self.approved:
             return "approval"
         return None
-
-    async def _execute(self, tool: Tool, call: ToolCall) -> CallResult:
-        parsed = parse_arguments(call.name, tool.input_schema, call.arguments)
-        if isinstance(parsed, CallResult):
-            return parsed
-        assert call.id is not None
-        ctx = ToolContext(
-            session_id=self.session_id,
-            agent_type=self.agent.name,
-            tool_call_id=call.id,
-            step=self.step,
-            state=self.state,
-            _is_interrupted=lambda: self.stop_reason is not None,
-        )
-        return await execute_tool(tool, parsed, ctx)
 
     # -- commits -------------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from app.agents import AgentConfig, ToolContext
 from app.errors import InvalidRequestError, SessionNotResumableError
 from app.models import FunctionModel, ModelRequest, ModelResponse, ToolCall
 from app.protocol import Chunk, ToolMessage
-from app.runtime.answers import REJECTED
+from app.runtime.inputs import REJECTED
 from app.store import MemoryStore, StateStore, WriteBatch, create_store
 from tests.store.conftest import database_url
 from tests.support import snapshot

@@ -1,15 +1,19 @@
-"""Answering a paused session: client tool results and approvals, checked against what it waits
-for, so a body that does not fit changes nothing."""
+"""What callers hand a run: its first message and input, and the answers that resume a paused
+session (client tool results and approvals, checked against what it waits for, so a body that
+does not fit changes nothing)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import JsonValue, TypeAdapter, ValidationError
+from pydantic_core import PydanticSerializationError
 
 from app.agents import AgentConfig, Tool
+from app.agents.subagent import input_to_message
 from app.errors import InvalidRequestError
 from app.protocol import Message, ToolCall, ToolMessage
 from app.protocol.api import ApprovalBody, ToolResultBody
@@ -99,3 +103,26 @@ def _check(kind: str, given: set[str], waiting: set[str | None], what: str) -> N
     missing = sorted(str(i) for i in waiting - given)
     if missing:
         raise InvalidRequestError(f"{kind}: {what} is missing for {', '.join(missing)}")
+
+
+def json_input(input: Any) -> JsonValue:
+    """`input` as JSON data, or `InvalidRequestError`."""
+    if input is None:
+        return None
+    try:
+        return to_json(input)
+    except PydanticSerializationError as exc:
+        raise InvalidRequestError(f"input is not JSON-serialisable: {exc}") from exc
+
+
+def first_message(message: str | None, input: JsonValue) -> str:
+    """A run's first user message: `message`, else derived from `input`."""
+    if message is not None:
+        if not isinstance(message, str):
+            raise InvalidRequestError("message must be a string")
+        return message
+    if isinstance(input, dict):
+        return input_to_message(input)
+    if input is not None:
+        return json.dumps(input, ensure_ascii=False)
+    raise InvalidRequestError("A run needs a message or an input")
