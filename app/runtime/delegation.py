@@ -8,7 +8,8 @@ resumes from its own checkpoint, and only a missing one runs from scratch (`_set
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, JsonValue
@@ -17,7 +18,6 @@ from app.agents import SubAgentTool, input_to_message
 from app.errors import SessionNotFoundError
 from app.ids import sub_session_id
 from app.protocol import (
-    Message,
     SubagentEndChunk,
     SubagentStartChunk,
     SubSessionRef,
@@ -106,8 +106,8 @@ async def delegate(
     return None if outcome.failure_reason == "parent_suspended" else result
 
 
-def _never_started(reason: str, message: str | None) -> Outcome:
-    """The outcome of a child whose parent stopped before the child was created."""
+def never_started(reason: str, message: str | None) -> Outcome:
+    """The outcome of a child whose parent stopped before the child could run."""
     if reason == "interrupted":
         return Outcome("interrupted", error=message)
     if reason == "parent_suspended":
@@ -128,6 +128,88 @@ def _settled(existing: SessionRecord | None) -> Outcome | None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class NewChild:
+    """A child session made ready to be stored: its record, first message and ref."""
+
+    record: SessionRecord
+    first: UserMessage
+    ref: SubSessionRef
+
+    def add_to(self, batch: WriteBatch, *, existing: bool = False) -> None:
+        """Write the child in `batch` (over an existing session, its conversation cleared)."""
+        child_id = self.record.session_id
+        if existing:
+            batch.cleared_messages.append(child_id)
+            batch.updated_sessions.append(self.record)
+        else:
+            batch.new_sessions.append(self.record)
+        batch.messages.append(MessageAppend(child_id, 0, self.first))
+        assert self.record.parent_session_id is not None
+        batch.refs.append(RefUpsert(self.record.parent_session_id, self.ref))
+
+    def run(self, parent: SessionRun, agent: AgentConfig) -> SessionRun:
+        """The child's run, once it is stored."""
+        return SessionRun(
+            parent.runtime,
+            agent,
+            self.record,
+            [self.first],
+            parent.writer,
+            parent=parent,
+            ref=self.ref,
+        )
+
+
+def new_child(
+    parent: SessionRun,
+    agent: AgentConfig,
+    call_id: str,
+    child_id: str,
+    child_input: dict[str, JsonValue],
+) -> NewChild:
+    """A fresh child session for `call_id`, running from its first message."""
+    now = now_ms()
+    state = agent.initial_state(child_input)
+    record = SessionRecord(
+        session_id=child_id,
+        agent_type=agent.name,
+        stream_id=parent.record.stream_id,
+        status="running",
+        created_at=now,
+        updated_at=now,
+        parent_session_id=parent.session_id,
+        state=state.model_dump(mode="json") if isinstance(state, BaseModel) else state,
+        input=child_input,
+    )
+    ref = SubSessionRef(
+        sub_session_id=child_id,
+        agent_type=agent.name,
+        parent_tool_call_id=call_id,
+        status="running",
+        started_at=now,
+    )
+    return NewChild(record, UserMessage(content=input_to_message(child_input)), ref)
+
+
+def open_children(parent: SessionRun, calls: Sequence[ToolCall]) -> dict[str, NewChild]:
+    """The local children a model response starts, made ready to be stored with the response
+    itself (one write for both), keyed by child id."""
+    children = {}
+    for call in calls:
+        tool = parent.agent.tool_map.get(call.name)
+        if not isinstance(tool, SubAgentTool) or call.id is None:
+            continue
+        parsed = parse_arguments(call.name, tool.input_schema, call.arguments)
+        if isinstance(parsed, CallResult):
+            continue
+        child_id = sub_session_id(parent.session_id, call.id)
+        children[child_id] = new_child(
+            parent, tool.agent, call.id, child_id, parsed.model_dump(mode="json")
+        )
+    return children
+
+
 async def _open_child(
     parent: SessionRun,
     agent: AgentConfig,
@@ -137,43 +219,24 @@ async def _open_child(
     existing: SessionRecord | None,
 ) -> SessionRun:
     """Create the child session, or reopen an interrupted, paused or running one."""
-    now = now_ms()
     # A child dropped because its parent suspended starts again from scratch (seed 002).
-    restart = existing is not None and existing.failure_reason == "parent_suspended"
+    if existing is None or existing.failure_reason == "parent_suspended":
+        fresh = new_child(parent, agent, call_id, child_id, child_input)
+        batch = WriteBatch()
+        fresh.add_to(batch, existing=existing is not None)
+        await parent.writer.commit(batch)
+        return fresh.run(parent, agent)
+    now = now_ms()
     ref = SubSessionRef(
         sub_session_id=child_id,
         agent_type=agent.name,
         parent_tool_call_id=call_id,
         status="running",
-        started_at=existing.created_at if existing is not None and not restart else now,
+        started_at=existing.created_at,
     )
-    batch = WriteBatch(refs=[RefUpsert(parent.session_id, ref)])
-    messages: list[Message]
-    if restart:
-        batch.cleared_messages.append(child_id)
-    if existing is None or restart:
-        state = agent.initial_state(child_input)
-        record = SessionRecord(
-            session_id=child_id,
-            agent_type=agent.name,
-            stream_id=parent.record.stream_id,
-            status="running",
-            created_at=now,
-            updated_at=now,
-            parent_session_id=parent.session_id,
-            state=state.model_dump(mode="json") if isinstance(state, BaseModel) else state,
-            input=child_input,
-        )
-        messages = [UserMessage(content=input_to_message(child_input))]
-        if existing is None:
-            batch.new_sessions.append(record)
-        else:
-            batch.updated_sessions.append(record)
-        batch.messages.append(MessageAppend(child_id, 0, messages[0]))
-    else:
-        messages = await parent.runtime.store.load_messages(child_id)
-        record = existing.evolve(status="running", error=None, failure_reason=None, updated_at=now)
-        batch.updated_sessions.append(record)
+    messages = await parent.runtime.store.load_messages(child_id)
+    record = existing.evolve(status="running", error=None, failure_reason=None, updated_at=now)
+    batch = WriteBatch(updated_sessions=[record], refs=[RefUpsert(parent.session_id, ref)])
     await parent.writer.commit(batch)
     return SessionRun(
         parent.runtime, agent, record, messages, parent.writer, parent=parent, ref=ref
@@ -189,19 +252,22 @@ async def _child_life(
     fresh: bool,
 ) -> Outcome:
     """Find, create or reopen the child, then run it to an outcome."""
-    existing = None
-    if not fresh:
-        try:
-            existing = await parent.runtime.store.get_session(child_id)
-        except SessionNotFoundError:
-            existing = None
-    settled = _settled(existing)
-    if settled is not None:
-        return settled
-    if existing is None and parent.child_stop is not None:
-        reason, message = parent.child_stop
-        return _never_started(reason, message)
-    child = await _open_child(parent, tool.agent, call_id, child_id, child_input, existing)
+    opened = parent.opened.pop(child_id, None)
+    if opened is not None:
+        child = opened.run(parent, tool.agent)
+    else:
+        existing = None
+        if not fresh:
+            try:
+                existing = await parent.runtime.store.get_session(child_id)
+            except SessionNotFoundError:
+                existing = None
+        settled = _settled(existing)
+        if settled is not None:
+            return settled
+        if existing is None and parent.child_stop is not None:
+            return never_started(*parent.child_stop)
+        child = await _open_child(parent, tool.agent, call_id, child_id, child_input, existing)
     parent.children[child_id] = child
     if parent.child_stop is not None:
         child.stop(*parent.child_stop)

@@ -45,6 +45,7 @@ from app.runtime.outcome import Child, Outcome, StopReason, unanswered_calls
 from app.store import MessageAppend, RefUpsert, SessionRecord, StreamUpdate, WriteBatch, now_ms
 
 if TYPE_CHECKING:
+    from app.runtime.delegation import NewChild
     from app.runtime.runtime import AgentRuntime
 
 logger = logging.getLogger(__name__)
@@ -79,6 +80,8 @@ class SessionRun:
         self.state: BaseModel | dict[str, Any] = agent.load_state(record.state)
         self.children: dict[str, Child] = {}
         """Running children, which a stop of this session reaches."""
+        self.opened: dict[str, NewChild] = {}
+        """Children stored with the response that starts them, not yet running."""
         self.child_tasks: set[asyncio.Task[Outcome]] = set()
         """Every child's task (looking it up, opening it, running it) until it ends."""
         self.approved = approved
@@ -249,7 +252,14 @@ class SessionRun:
         if calls:
             self._fresh_calls = True
             if any(self._commits_first(call) for call in calls):
-                await self._commit([assistant])
+                from app.runtime.delegation import open_children
+
+                # The children this response starts are stored with it, in one write.
+                self.opened = open_children(self, calls)
+                extra = WriteBatch()
+                for child in self.opened.values():
+                    child.add_to(extra)
+                await self._commit([assistant], extra=extra)
             else:
                 self._held = assistant
             return None
@@ -369,10 +379,14 @@ class SessionRun:
             **changes,
         )
 
-    async def _commit(self, messages: Sequence[Message]) -> None:
+    async def _commit(
+        self, messages: Sequence[Message], *, extra: WriteBatch | None = None
+    ) -> None:
         messages = self._with_held(messages)
         record = self._next_record(self._step)
-        batch = WriteBatch(updated_sessions=[record], messages=self._appends(messages))
+        batch = extra or WriteBatch()
+        batch.updated_sessions.append(record)
+        batch.messages.extend(self._appends(messages))
         self._committing = True
         try:
             await self.writer.commit(batch)
@@ -405,6 +419,7 @@ class SessionRun:
         elif outcome.status == "interrupted":
             self.emit(InterruptedChunk, reason=outcome.error)
         batch = WriteBatch(updated_sessions=[record], messages=self._appends(messages))
+        self._close_unstarted(batch, now)
         if self.ref is not None and self.parent is not None:
             self.ref = self.ref.model_copy(update={"status": outcome.status, "completed_at": now})
             batch.refs.append(RefUpsert(self.parent.session_id, self.ref))
@@ -414,6 +429,31 @@ class SessionRun:
         self.record = record
         self.messages.extend(messages)
         return outcome
+
+    def _close_unstarted(self, batch: WriteBatch, now: int) -> None:
+        """Record the stop of children stored with a response whose calls never ran."""
+        if not self.opened:
+            return
+        from app.runtime.delegation import never_started
+
+        reason, message = self.child_stop or ("interrupted", None)
+        outcome = never_started(reason, message)
+        for child in self.opened.values():
+            batch.updated_sessions.append(
+                child.record.evolve(
+                    status=outcome.status,
+                    error=outcome.error,
+                    failure_reason=outcome.failure_reason,
+                    updated_at=now,
+                )
+            )
+            batch.refs.append(
+                RefUpsert(
+                    self.session_id,
+                    child.ref.model_copy(update={"status": outcome.status, "completed_at": now}),
+                )
+            )
+        self.opened = {}
 
     async def _stopped(self) -> Outcome:
         """End a run stopped from outside, once its children have recorded their own stop."""
