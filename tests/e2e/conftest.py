@@ -17,7 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -29,9 +29,10 @@ from httpx_sse import aconnect_sse
 from app.protocol import Chunk, chunk_from_json
 from app.settings import Settings
 from tests.e2e.agents import CALL_LOG_ENV
-from tests.store.conftest import _drop_test_databases, database_url
-
-__all__ = ["_drop_test_databases"]  # PostgreSQL databases made here are dropped at the end too.
+from tests.store.conftest import (
+    _drop_test_databases,  # noqa: F401 - drops our databases too
+    database_url,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT_MODULE = "tests.e2e.agents:registry"
@@ -264,7 +265,7 @@ async def read_stream(
     *,
     last_event_id: str | None = None,
     stop_after: int | None = None,
-    on_chunk: Any = None,
+    on_chunk: Callable[[Read], Awaitable[None]] | None = None,
     timeout: float = 30.0,
 ) -> Read:
     """Read `/stream/{stream_id}` to its end event, or hang up after `stop_after` chunks.
