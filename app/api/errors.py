@@ -66,6 +66,10 @@ def _validation_error(request: Request, exc: Exception) -> JSONResponse:
 
 def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400:
+        # FastAPI's answer to a body it cannot decode (not UTF-8, say): an invalid body, like
+        # any other, is a 422 (DESIGN.md section 5).
+        return error_response(422, "invalid_request", f"Invalid request: {exc.detail}")
     code = _HTTP_CODES.get(exc.status_code, "http_error")
     return error_response(
         exc.status_code, code, str(exc.detail), headers=getattr(exc, "headers", None)

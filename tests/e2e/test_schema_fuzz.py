@@ -138,14 +138,6 @@ def test_no_endpoint_answers_5xx(api_url: str) -> None:
     assert nothing_to_break == ["GET /agents", "GET /healthz", "GET /readyz"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "app bug: a JSON body that is not UTF-8 answers 400 bad_request ('There was an error "
-        "parsing the body'), where DESIGN.md section 5 makes an invalid body a 422, and the "
-        "OpenAPI document declares no 400"
-    ),
-)
 @pytest.mark.parametrize("path", ["/start", "/interrupt/x1", "/resume/x1"])
 def test_a_body_that_is_not_utf8_is_a_422(api_url: str, path: str) -> None:
     with httpx.Client(base_url=api_url, timeout=5, trust_env=False) as client:
