@@ -16,7 +16,6 @@ from app.protocol.api import ErrorBody, ErrorDetail
 logger = logging.getLogger(__name__)
 
 _HTTP_CODES = {
-    400: "bad_request",
     401: "unauthorized",
     403: "forbidden",
     404: "not_found",
