@@ -8,6 +8,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from tests.databases import drop_test_databases  # noqa: F401 - registers it for every test
+
 LOOP_BLOCK_LIMIT = 0.5
 """Seconds the event loop may go without running a 10 ms heartbeat before the test fails."""
 

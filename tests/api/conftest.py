@@ -21,8 +21,8 @@ from app.api import create_app
 from app.protocol import Chunk, chunk_from_json
 from app.runtime import AgentRuntime
 from app.settings import Settings
+from tests.databases import database_url
 from tests.runtime.agents import Calls, adder, delegator
-from tests.store.conftest import database_url
 
 LATENCY = 0.05
 """Model latency of the test tree: long enough that a run is still going when a test acts."""

@@ -11,9 +11,9 @@ import httpx
 from app.agents import AgentRegistry
 from app.settings import Settings
 from tests.api.conftest import Server, read_stream, serve
+from tests.databases import database_url
 from tests.runtime.agents import Calls, adder, delegator
 from tests.runtime.test_client_tools import client_agent
-from tests.store.conftest import database_url
 from tests.support import check_invariants
 
 START = {"agentType": "parent", "message": "sum things"}

@@ -24,8 +24,8 @@ from app.models import FunctionModel, ModelRequest, ModelResponse, ToolCall
 from app.protocol import Chunk, ToolMessage
 from app.settings import Settings
 from tests.api.conftest import Server, free_port, read_stream, serve
+from tests.databases import database_url
 from tests.runtime.agents import Calls
-from tests.store.conftest import database_url
 from tests.support import check_invariants, until
 
 

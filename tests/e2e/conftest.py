@@ -1,6 +1,6 @@
 """End-to-end fixtures: real `uvicorn app.main:app` processes on loopback, over one database.
 
-A `Cluster` is a fresh database (SQLite file or PostgreSQL database, see `tests.store.conftest`)
+A `Cluster` is a fresh database (SQLite file or PostgreSQL database, see `tests.databases`)
 plus the servers a test starts on it, each a subprocess on a free loopback port serving the
 agents of `tests.e2e.agents`, with its output in a log file. Every server is stopped (and killed
 if it does not stop) before the database goes away, whatever the test did. Waits on processes and
@@ -28,11 +28,8 @@ from httpx_sse import aconnect_sse
 
 from app.protocol import Chunk, chunk_from_json
 from app.settings import Settings
+from tests.databases import database_url
 from tests.e2e.agents import CALL_LOG_ENV
-from tests.store.conftest import (
-    _drop_test_databases,  # noqa: F401 - drops our databases too
-    database_url,
-)
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT_MODULE = "tests.e2e.agents:registry"

@@ -18,7 +18,7 @@ from app.models import FunctionModel, ModelRequest, ModelResponse, ToolCall
 from app.protocol import Chunk, ToolMessage
 from app.runtime.inputs import REJECTED
 from app.store import MemoryStore, StateStore, WriteBatch, create_store
-from tests.store.conftest import database_url
+from tests.databases import database_url
 from tests.support import snapshot
 
 

@@ -19,7 +19,7 @@ from app.agents import ToolContext
 from app.models import Model, ModelEvent, ModelRequest, TextDelta, ToolCall, ToolCallReady
 from app.protocol import ToolMessage
 from app.store import MemoryStore, StateStore, create_store
-from tests.store.conftest import database_url
+from tests.databases import database_url
 from tests.support import until, until_status
 
 

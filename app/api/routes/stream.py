@@ -10,7 +10,6 @@ from fastapi import APIRouter, Header, Path, Query
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from app.api.deps import AppSettings, Runtime
-from app.errors import InvalidRequestError
 from app.ids import SESSION_ID_PATTERN
 from app.protocol import chunk_to_json
 from app.protocol.api import ErrorBody
@@ -50,15 +49,17 @@ async def stream(
     ] = 0,
     last_event_id: Annotated[
         str | None,
-        Header(alias="Last-Event-ID", description="Same as fromSequence; wins over it."),
+        Header(
+            alias="Last-Event-ID",
+            pattern=r"^\s*\d*\s*$",
+            description="Same as fromSequence (a sequence number); wins over it.",
+        ),
     ] = None,
 ) -> EventSourceResponse:
     """Replay the stored chunks after the given sequence, then follow the live tail until the run
     stops. A client that disconnects never affects the run; it reconnects with `Last-Event-ID`."""
     after = from_sequence
     if last_event_id is not None and last_event_id.strip():
-        if not last_event_id.strip().isdigit():
-            raise InvalidRequestError("Last-Event-ID must be a chunk sequence number")
         after = int(last_event_id)
     await runtime.store.get_stream(stream_id)
     follower = runtime.follow(stream_id, from_sequence=after, poll=settings.stream_poll)
