@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import resource
@@ -21,9 +22,12 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
 
+import asyncpg  # type: ignore[import-untyped]
 from pydantic import BaseModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -125,14 +129,31 @@ def check_counts(before: Counter[str], trees: int) -> None:
     assert delta == {k: v * trees for k, v in EXPECTED.items()}, delta
 
 
-def store_url(kind: str, tmp: str) -> str:
+POSTGRES_ADMIN = os.environ.get(
+    "BENCH_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+"""Where benchmark databases are created: each PostgreSQL run gets a fresh one, then drops it."""
+
+
+@contextlib.asynccontextmanager
+async def store_url(kind: str, tmp: str) -> AsyncIterator[str]:
+    """The store a run uses: empty, like the peers' truncated checkpoint tables."""
     if kind == "memory":
-        return "memory://"
-    if kind == "sqlite":
-        return f"sqlite+aiosqlite:///{tmp}/bench.db"
-    return os.environ.get(
-        "BENCH_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
-    )
+        yield "memory://"
+    elif kind == "sqlite":
+        yield f"sqlite+aiosqlite:///{tmp}/bench.db"
+    else:
+        name = f"bench_{uuid.uuid4().hex[:12]}"
+        admin = await asyncpg.connect(POSTGRES_ADMIN)
+        await admin.execute(f'CREATE DATABASE "{name}"')
+        try:
+            base = POSTGRES_ADMIN.rsplit("/", 1)[0].replace(
+                "postgresql://", "postgresql+asyncpg://"
+            )
+            yield f"{base}/{name}"
+        finally:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            await admin.close()
 
 
 async def measure(
@@ -141,24 +162,28 @@ async def measure(
     latency = latency_ms / 1000
     registry = build_registry(latency)
     with tempfile.TemporaryDirectory() as tmp:
-        store: StateStore = create_store(store_url(store_kind, tmp))
-        async with store, AgentRuntime(registry, store=store, takeover_interval=None) as runtime:
-            before = COUNTS.copy()
-            await run_tree(runtime)
-            check_counts(before, 1)
-            assert max(s for s, _ in SPANS) < min(e for _, e in SPANS), "no overlap"
-            await asyncio.gather(*(run_tree(runtime) for _ in range(5)))
-            before = COUNTS.copy()
-            cpu0 = time.process_time()
-            t0 = time.perf_counter()
-            if scenario == "seq":
-                for _ in range(trees):
-                    await run_tree(runtime)
-            else:
-                await asyncio.gather(*(run_tree(runtime) for _ in range(trees)))
-            wall = time.perf_counter() - t0
-            cpu = time.process_time() - cpu0
-            check_counts(before, trees)
+        async with store_url(store_kind, tmp) as url:
+            store: StateStore = create_store(url)
+            async with (
+                store,
+                AgentRuntime(registry, store=store, takeover_interval=None) as runtime,
+            ):
+                before = COUNTS.copy()
+                await run_tree(runtime)
+                check_counts(before, 1)
+                assert max(s for s, _ in SPANS) < min(e for _, e in SPANS), "no overlap"
+                await asyncio.gather(*(run_tree(runtime) for _ in range(5)))
+                before = COUNTS.copy()
+                cpu0 = time.process_time()
+                t0 = time.perf_counter()
+                if scenario == "seq":
+                    for _ in range(trees):
+                        await run_tree(runtime)
+                else:
+                    await asyncio.gather(*(run_tree(runtime) for _ in range(trees)))
+                wall = time.perf_counter() - t0
+                cpu = time.process_time() - cpu0
+                check_counts(before, trees)
     calls = 8 * trees
     ideal = 4 * latency * (trees if scenario == "seq" else 1)
     return {
