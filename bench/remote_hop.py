@@ -44,6 +44,7 @@ from bench.support import (
     http_client,
     noise,
     percentile,
+    py_spy,
     run_rounds,
     server,
     temporary_store,
@@ -137,14 +138,16 @@ def stream_figures(prefix: str, deltas: list[tuple[float, dict[str, Any]]]) -> d
     }
 
 
-async def proxied(remote: Server, parent: Server, chunks: int) -> dict[str, Any]:
+async def proxied(
+    remote: Server, parent: Server, chunks: int, profile: str | None
+) -> dict[str, Any]:
     spec = json.dumps({"chunks": chunks, "agents": 2, "rate": 0, "delay": 0.3})
     async with http_client(remote.url) as client:
         got, end = await read(client, await start(client, "fanout", spec))
         assert end == {"status": "completed"}, end
     figures = stream_figures("direct", deltas_of(got, chunks))
     usages = {"remote": remote.usage(), "parent": parent.usage()}
-    async with http_client(parent.url) as client:
+    async with http_client(parent.url) as client, py_spy(parent.pid, profile):
         got, end = await read(client, await start(client, "proxy", spec))
         assert end == {"status": "completed"}, end
     for usage in usages.values():
@@ -167,7 +170,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     ):
         async with asyncio.timeout(args.timeout):
             figures = await delegations(parent.url, args.runs, args.concurrent)
-            figures.update(await proxied(remote, parent, args.chunks))
+            figures.update(await proxied(remote, parent, args.chunks, args.profile))
     return {
         "bench": "remote_hop",
         "store": args.store,
@@ -191,6 +194,7 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=10_000, help="deltas in the proxied stream")
     parser.add_argument("--loop", choices=["auto", "asyncio", "uvloop"], default="auto")
     parser.add_argument("--timeout", type=float, default=300.0, help="bound on the run (s)")
+    parser.add_argument("--profile", help="py-spy the parent server's proxied run into this file")
     parser.add_argument("--all", action="store_true", help="every store, --rounds times")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--stores", default="sqlite,postgres")
