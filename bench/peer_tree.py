@@ -24,7 +24,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import asyncpg  # type: ignore[import-untyped]
@@ -34,7 +34,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app import AgentRegistry, AgentRuntime, create_sub_agent_tool, define_agent, define_tool
 from app.agents import AgentHooks, ToolContext
-from app.models import FunctionModel, ModelRequest, ModelResponse, ToolCall
+from app.models import (
+    Model,
+    ModelEvent,
+    ModelRequest,
+    ModelResponse,
+    TextDelta,
+    ToolCall,
+    ToolCallReady,
+)
 from app.protocol import ToolMessage
 from app.store import StateStore, create_store
 
@@ -67,6 +75,25 @@ class ChildOutput(BaseModel):
 async def add(input: AddInput, ctx: ToolContext[object]) -> int:
     COUNTS["tool_add"] += 1
     return input.a + input.b
+
+
+class PeerModel(Model):
+    """The peers' fake model: decide the reply from the conversation, sleep the latency once,
+    answer. (FunctionModel would spread the latency over word-sized deltas, a sleep each: more
+    work than the peers' models do, so not the same workload.)"""
+
+    def __init__(self, decide: Callable[[ModelRequest], ModelResponse], latency: float) -> None:
+        self.decide = decide
+        self.latency = latency
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        response = self.decide(request)
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        if response.text:
+            yield TextDelta(response.text)
+        for call in response.tool_calls:
+            yield ToolCallReady(call)
 
 
 def build_registry(latency: float) -> AgentRegistry:
@@ -106,12 +133,12 @@ def build_registry(latency: float) -> AgentRegistry:
         "child",
         tools=[define_tool("add", description="Add two integers.", input_schema=AddInput)(add)],
         output_schema=ChildOutput,
-        model=FunctionModel(child_model, latency=latency),
+        model=PeerModel(child_model, latency),
     )
     parent = define_agent(
         "parent",
         tools=[create_sub_agent_tool(child, Task, description="Delegate a subtask.")],
-        model=FunctionModel(parent_model, latency=latency),
+        model=PeerModel(parent_model, latency),
         hooks=AgentHooks(before_sub_agent=before, after_sub_agent=after),
     )
     return AgentRegistry([parent])
