@@ -341,7 +341,7 @@ def versions() -> dict[str, str]:
 def app_revision() -> str:
     """The commit of the app under test: `ROOT/COMMIT` in a snapshot made with `git archive`,
     else `git rev-parse HEAD`, marked `+dirty` when app/ has uncommitted changes (other people
-    edit it: for stable figures, run from a snapshot, see bench/README)."""
+    edit it: for stable figures, run from a snapshot, see bench/HTTP.md)."""
     marker = ROOT / "COMMIT"
     if marker.exists():
         return marker.read_text().strip()
