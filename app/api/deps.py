@@ -1,4 +1,5 @@
-"""Request dependencies: the runtime the app's lifespan opened."""
+"""Request dependencies: the runtime the app's lifespan opened. They are `async def` so FastAPI
+runs them inline, not in its thread pool."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from app.runtime import AgentRuntime
 from app.settings import Settings
 
 
-def get_runtime(request: Request) -> AgentRuntime:
+async def get_runtime(request: Request) -> AgentRuntime:
     """The app's runtime (available between start-up and shutdown)."""
     runtime: AgentRuntime | None = getattr(request.app.state, "runtime", None)
     if runtime is None:
@@ -19,7 +20,7 @@ def get_runtime(request: Request) -> AgentRuntime:
     return runtime
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     """The app's settings."""
     settings: Settings = request.app.state.settings
     return settings

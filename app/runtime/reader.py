@@ -29,13 +29,19 @@ class StreamFollower:
         self._gone = -1
 
     async def __aiter__(self) -> AsyncIterator[Chunk]:
-        page = 500
-        while True:
-            chunks = await self.store.read_chunks(self.stream_id, after=self.after, limit=page)
-            for chunk in chunks:
-                self.after = chunk.sequence
+        async for page in self.pages():
+            for chunk in page:
                 yield chunk
+
+    async def pages(self) -> AsyncIterator[list[Chunk]]:
+        """The same chunks, a page of what the store had at a time (for writers that send a
+        page at once)."""
+        size = 500
+        while True:
+            chunks = await self.store.read_chunks(self.stream_id, after=self.after, limit=size)
             if chunks:
+                self.after = chunks[-1].sequence
+                yield chunks
                 continue
             state = await self.store.get_stream(self.stream_id)
             if state.last_sequence <= self.after:

@@ -70,11 +70,12 @@ async def stream(
     )
 
 
-async def _events(follower: StreamFollower) -> AsyncIterator[ServerSentEvent]:
-    retry: int | None = RECONNECT_MS
-    async for chunk in follower:
-        yield ServerSentEvent(
-            data=chunk_to_json(chunk).decode(), id=str(chunk.sequence), retry=retry
+async def _events(follower: StreamFollower) -> AsyncIterator[bytes | ServerSentEvent]:
+    # One write per page of chunks, not per chunk: each ASGI send costs more than a chunk's
+    # encoding (a page at once doubled the chunks/s one client gets, in bench/sse_delivery.py).
+    yield ServerSentEvent(retry=RECONNECT_MS, comment="stream")
+    async for page in follower.pages():
+        yield b"".join(
+            b"id: %d\r\ndata: %s\r\n\r\n" % (chunk.sequence, chunk_to_json(chunk)) for chunk in page
         )
-        retry = None
     yield ServerSentEvent(data=json.dumps({"status": follower.status}), event="end")
