@@ -81,12 +81,6 @@ class TransientModelError(ModelError):
         """Seconds the provider asked us to wait (a 429's `Retry-After`), if it said."""
 
 
-class ToolExecutionError(RunError):
-    """A tool failed."""
-
-    code = "tool_failed"
-
-
 class RemoteAgentError(RunError):
     """The remote agent server failed or could not be reached."""
 

@@ -29,8 +29,6 @@ from app.protocol.messages import (
 )
 from app.protocol.session import (
     STOPPED_STATUSES,
-    TERMINAL_STATUSES,
-    FailureReason,
     RefMode,
     RemoteRef,
     SessionStatus,
@@ -41,12 +39,10 @@ __all__ = [
     "CHUNK_ADAPTER",
     "MESSAGE_ADAPTER",
     "STOPPED_STATUSES",
-    "TERMINAL_STATUSES",
     "AssistantMessage",
     "BaseChunk",
     "Chunk",
     "ErrorChunk",
-    "FailureReason",
     "InterruptedChunk",
     "Message",
     "OutputChunk",

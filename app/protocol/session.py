@@ -17,9 +17,6 @@ SessionStatus = Literal[
 ]
 """A session's lifecycle status."""
 
-TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "terminated"})
-"""Statuses a session only leaves when it is explicitly continued with a new message."""
-
 STOPPED_STATUSES: frozenset[str] = frozenset(
     {"completed", "failed", "terminated", "interrupted", "paused_awaiting_client"}
 )
@@ -27,9 +24,6 @@ STOPPED_STATUSES: frozenset[str] = frozenset(
 
 RefMode = Literal["ephemeral", "persistent"]
 """How a sub-session lives: one tool call (`ephemeral`) or across calls (`persistent`)."""
-
-FailureReason = Literal["parent_suspended"]
-"""Why a session failed, where the reason changes what a resume does."""
 
 
 class RemoteRef(WireModel):

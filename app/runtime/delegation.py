@@ -26,7 +26,7 @@ from app.protocol import (
 )
 from app.runtime.calls import CallResult, parse_arguments
 from app.runtime.hooks import fire
-from app.runtime.outcome import Outcome
+from app.runtime.outcome import Outcome, stopped_outcome
 from app.runtime.session import SessionRun
 from app.store import MessageAppend, RefUpsert, SessionRecord, WriteBatch, now_ms
 
@@ -104,15 +104,6 @@ async def delegate(
     )
     await fire(hooks.after_sub_agent, parent.hook_context(), agent_type, child_id, result.result)
     return None if outcome.failure_reason == "parent_suspended" else result
-
-
-def never_started(reason: str, message: str | None) -> Outcome:
-    """The outcome of a child whose parent stopped before the child could run."""
-    if reason == "interrupted":
-        return Outcome("interrupted", error=message)
-    if reason == "parent_suspended":
-        return Outcome("failed", error=message, failure_reason="parent_suspended")
-    return Outcome("failed", error=message or "Stopped")
 
 
 def _settled(existing: SessionRecord | None) -> Outcome | None:
@@ -266,7 +257,7 @@ async def _child_life(
         if settled is not None:
             return settled
         if existing is None and parent.child_stop is not None:
-            return never_started(*parent.child_stop)
+            return stopped_outcome(*parent.child_stop)
         child = await _open_child(parent, tool.agent, call_id, child_id, child_input, existing)
     parent.children[child_id] = child
     if parent.child_stop is not None:

@@ -43,3 +43,16 @@ class Outcome:
     output: JsonValue = None
     error: str | None = None
     failure_reason: str | None = None
+
+
+def stopped_outcome(reason: StopReason, message: str | None) -> Outcome:
+    """How a session (or a child that never got to run) ends when it is stopped for `reason`."""
+    if reason == "interrupted":
+        return Outcome("interrupted", error=message)
+    if reason == "parent_suspended":
+        return Outcome(
+            "failed",
+            error=message or "The parent session suspended",
+            failure_reason="parent_suspended",
+        )
+    return Outcome("failed", error=message or "Stopped")

@@ -23,7 +23,7 @@ from app.ids import remote_session_id
 from app.protocol import BaseChunk, RemoteRef, SubSessionRef, ToolCall
 from app.runtime.calls import CallResult, describe_validation_error
 from app.runtime.delegation import delegate
-from app.runtime.outcome import Outcome, StopReason
+from app.runtime.outcome import Outcome, StopReason, stopped_outcome
 from app.runtime.session import SessionRun
 from app.store import RefUpsert, WriteBatch, now_ms
 
@@ -122,7 +122,7 @@ async def _remote_life(
             raise  # this process is stopping: the remote run goes on, to be reconciled later
         task.uncancel()
         await _tell_to_stop(tool, child_id, child.stop_message)
-        outcome = _stopped_outcome(reason, child.stop_message)
+        outcome = stopped_outcome(reason, child.stop_message)
     finally:
         parent.children.pop(child_id, None)
     child.advance(status=outcome.status, completed_at=now_ms())
@@ -178,14 +178,6 @@ def _outcome(tool: RemoteSubAgentTool, child_id: str, final: SessionStatusView |
     if final.status == "failed":
         return Outcome("failed", error=final.error or "The remote sub-agent failed")
     return Outcome("failed", error=f"The remote sub-agent stopped: {final.status}")
-
-
-def _stopped_outcome(reason: StopReason, message: str | None) -> Outcome:
-    if reason == "interrupted":
-        return Outcome("interrupted", error=message)
-    if reason == "parent_suspended":
-        return Outcome("failed", error=message, failure_reason="parent_suspended")
-    return Outcome("failed", error=message or "Stopped")
 
 
 async def _stored_ref(parent: SessionRun, child_id: str) -> SubSessionRef | None:

@@ -41,7 +41,7 @@ from app.runtime.calls import error_message
 from app.runtime.dispatch import Called, dispatch
 from app.runtime.emitter import StreamWriter
 from app.runtime.hooks import fire
-from app.runtime.outcome import Child, Outcome, StopReason, unanswered_calls
+from app.runtime.outcome import Child, Outcome, StopReason, stopped_outcome, unanswered_calls
 from app.store import MessageAppend, RefUpsert, SessionRecord, StreamUpdate, WriteBatch, now_ms
 
 if TYPE_CHECKING:
@@ -434,10 +434,7 @@ class SessionRun:
         """Record the stop of children stored with a response whose calls never ran."""
         if not self.opened:
             return
-        from app.runtime.delegation import never_started
-
-        reason, message = self.child_stop or ("interrupted", None)
-        outcome = never_started(reason, message)
+        outcome = stopped_outcome(*(self.child_stop or ("interrupted", None)))
         for child in self.opened.values():
             batch.updated_sessions.append(
                 child.record.evolve(
@@ -459,13 +456,7 @@ class SessionRun:
         """End a run stopped from outside, once its children have recorded their own stop."""
         if self.child_tasks:
             await asyncio.gather(*self.child_tasks, return_exceptions=True)
-        if self.stop_reason == "interrupted":
-            outcome = Outcome("interrupted", error=self.stop_message)
-        elif self.stop_reason == "parent_suspended":
-            outcome = Outcome(
-                "failed", error="The parent session suspended", failure_reason="parent_suspended"
-            )
-        else:
-            outcome = Outcome("failed", error=self.stop_message or "Stopped")
+        assert self.stop_reason is not None
+        outcome = stopped_outcome(self.stop_reason, self.stop_message)
         self._held = None  # the step in progress is dropped, as a crash would drop it
         return await self._end(outcome)
