@@ -324,8 +324,8 @@ class AgentRuntime:
         finally:
             self._roots.pop(run.session_id, None)
             self._local.discard(run.session_id)
+        # The final commit released the lease (it left `running`).
         await run.writer.drain()
-        await self.store.release_session(run.session_id, self.owner_id)
         return outcome
 
     # -- reading and control -------------------------------------------------------------------
@@ -400,7 +400,7 @@ class AgentRuntime:
                 continue
             for session_id in set(roots) - held:
                 run = self.active.get(session_id)
-                if run is not None:
+                if run is not None and not run.ending:
                     logger.warning("Lost the lease of session %s; stopping it here", session_id)
                     run.stop("shutdown")
 

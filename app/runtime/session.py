@@ -114,6 +114,11 @@ class SessionRun:
         return self.record.session_id
 
     @property
+    def ending(self) -> bool:
+        """Whether the session is committing its end (after which it holds no lease)."""
+        return self._ending
+
+    @property
     def step(self) -> int:
         """The current step (1-based)."""
         return self._step

@@ -30,8 +30,10 @@ def now_ms() -> int:
 class SessionRecord:
     """A session as stored. Runs replace it whole through `WriteBatch.updated_sessions`.
 
-    `owner_id` and `lease_expires_at` are written on creation and afterwards only by the lease
-    methods, never by an update, so a lease renewal and a step commit cannot overwrite each other.
+    `owner_id` and `lease_expires_at` are written on creation and afterwards by the lease methods,
+    never by an update's values, so a lease renewal and a step commit cannot overwrite each other.
+    An update to a status other than `running` releases the lease: a run's final commit gives the
+    lease up in the same write.
     Treat `state` and the JSON fields as immutable once the record is committed.
     """
 

@@ -62,6 +62,8 @@ class MemoryStore(StateStore):
             self._messages.setdefault(record.session_id, [])
         for record in batch.updated_sessions:
             self._sessions[record.session_id] = record
+            if record.status != "running":
+                self._leases[record.session_id] = (None, None)
         for session_id in batch.cleared_messages:
             self._messages[session_id] = []
         for append in batch.messages:

@@ -19,6 +19,7 @@ from app.protocol import (
     InterruptedChunk,
     OutputChunk,
     RemoteRef,
+    SessionStatus,
     SubagentEndChunk,
     SubagentStartChunk,
     SubSessionRef,
@@ -109,11 +110,24 @@ async def test_duplicate_session_is_a_conflict_and_changes_nothing(store: StateS
 
 async def test_update_replaces_the_record_but_not_its_lease(store: StateStore) -> None:
     await create(store, session("a", owner_id="me", lease_expires_at=5_000))
-    updated = session("a", status="completed", output="done", step_count=2, owner_id=None)
+    updated = session("a", step_count=2, state={"k": 1}, owner_id="other", lease_expires_at=1)
     await store.commit(WriteBatch(updated_sessions=[updated]))
     assert await store.get_session("a") == dataclasses.replace(
         updated, owner_id="me", lease_expires_at=5_000
     )
+
+
+@pytest.mark.parametrize("status", ["completed", "failed", "interrupted", "paused_awaiting_client"])
+async def test_an_update_that_stops_the_session_releases_its_lease(
+    store: StateStore, status: SessionStatus
+) -> None:
+    await create(store, session("a", owner_id="me", lease_expires_at=now_ms() + 60_000))
+    stopped = session("a", status=status, step_count=2, owner_id="me", lease_expires_at=1)
+    await store.commit(WriteBatch(updated_sessions=[stopped]))
+    assert await store.get_session("a") == dataclasses.replace(
+        stopped, owner_id=None, lease_expires_at=None
+    )
+    assert await store.claim_session("a", "other", 60_000)
 
 
 async def test_update_of_unknown_session_fails_the_batch(store: StateStore) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Sequence
 from typing import Literal
 
@@ -179,6 +180,22 @@ async def test_a_group_applies_its_batches_net_effect_as_if_one_after_another(
     )
     refs = await sql_store.get_sub_session_refs("net")
     assert refs == [ref("a", "failed").ref, ref("b", "running").ref]
+
+
+async def test_a_session_created_and_stopped_in_one_group_holds_no_lease(
+    sql_store: SqlStore,
+) -> None:
+    created = session("brief", owner_id="me", lease_expires_at=99)
+    ended = session("brief", status="completed", step_count=1, owner_id="me", lease_expires_at=99)
+    groups_before = sql_store.commit_groups
+    await asyncio.gather(
+        sql_store.commit(WriteBatch(new_sessions=[created])),
+        sql_store.commit(WriteBatch(updated_sessions=[ended])),
+    )
+    assert sql_store.commit_groups - groups_before == 1
+    assert await sql_store.get_session("brief") == dataclasses.replace(
+        ended, owner_id=None, lease_expires_at=None
+    )
 
 
 async def test_a_conversation_cleared_within_a_group_restarts_from_zero(

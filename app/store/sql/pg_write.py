@@ -70,7 +70,9 @@ def build_write_all(parts: frozenset[str]) -> TextClause:
     if "u_" in parts:
         names = WRITE_COLUMNS["u_"]
         ctes.append(f"""updated_sessions AS (
-    UPDATE sessions SET {", ".join(f"{_q(n)} = v.{_q(n)}" for n in UPDATED_COLUMNS)}
+    UPDATE sessions SET {", ".join(f"{_q(n)} = v.{_q(n)}" for n in UPDATED_COLUMNS)},
+        "owner_id" = CASE WHEN v.status = 'running' THEN sessions.owner_id END,
+        "lease_expires_at" = CASE WHEN v.status = 'running' THEN sessions.lease_expires_at END
     FROM unnest({arrays("u_", sessions, names)}) AS v({listed(names)})
     WHERE sessions.session_id = v.session_id)""")
     if "m_" in parts:

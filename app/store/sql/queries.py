@@ -26,6 +26,7 @@ from sqlalchemy import (
     TextClause,
     any_,
     bindparam,
+    case,
     delete,
     func,
     insert,
@@ -90,6 +91,11 @@ def upsert(table: Table, key: tuple[str, ...], **values: str) -> TextClause:
     )
 
 
+def _while_running(lease_column: Any) -> ColumnElement[Any]:
+    """A lease column an update keeps while the session runs and clears once it stops."""
+    return case((bindparam("status") == literal_column("'running'"), lease_column))
+
+
 def _insert(table: Table) -> ClauseElement:
     return insert(table).values({column.name: bindparam(column.name) for column in table.columns})
 
@@ -145,7 +151,13 @@ class Queries:
         self.update_sessions = driver(
             update(sessions)
             .where(sessions.c.session_id == bindparam("b_session_id"))
-            .values({name: bindparam(name) for name in UPDATED_COLUMNS})
+            .values(
+                {
+                    **{name: bindparam(name) for name in UPDATED_COLUMNS},
+                    "owner_id": _while_running(sessions.c.owner_id),
+                    "lease_expires_at": _while_running(sessions.c.lease_expires_at),
+                }
+            )
         )
         self.clear_messages = driver(delete(messages).where(among(messages.c.session_id, "ids")))
         self.insert_messages = driver(_insert(messages))

@@ -226,8 +226,11 @@ class BatchWriter:
                 else:
                     inserted = plan.new_sessions[session_id]
                     row = session_row(record)
-                    row["owner_id"] = inserted["owner_id"]
-                    row["lease_expires_at"] = inserted["lease_expires_at"]
+                    if record.status == "running":
+                        row["owner_id"] = inserted["owner_id"]
+                        row["lease_expires_at"] = inserted["lease_expires_at"]
+                    else:
+                        row["owner_id"] = row["lease_expires_at"] = None
                     plan.new_sessions[session_id] = row
 
     def _plan_messages(self, batches: Sequence[WriteBatch], known: _Known, plan: _Plan) -> None:
