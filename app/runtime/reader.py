@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from app.protocol import STOPPED_STATUSES, Chunk, SessionStatus
+from app.protocol import STOPPED_STATUSES, Chunk, SessionStatus, chunk_from_json
 from app.store import StateStore
+from app.store.base import StoredChunk
 
 
 class StreamFollower:
@@ -30,17 +31,17 @@ class StreamFollower:
 
     async def __aiter__(self) -> AsyncIterator[Chunk]:
         async for page in self.pages():
-            for chunk in page:
-                yield chunk
+            for _, body in page:
+                yield chunk_from_json(body)
 
-    async def pages(self) -> AsyncIterator[list[Chunk]]:
-        """The same chunks, a page of what the store had at a time (for writers that send a
-        page at once)."""
+    async def pages(self) -> AsyncIterator[list[StoredChunk]]:
+        """The same chunks as stored (sequence and wire JSON), a page of what the store had at a
+        time, for writers that send the bytes of a page at once."""
         size = 500
         while True:
-            chunks = await self.store.read_chunks(self.stream_id, after=self.after, limit=size)
+            chunks = await self.store.read_chunk_json(self.stream_id, after=self.after, limit=size)
             if chunks:
-                self.after = chunks[-1].sequence
+                self.after = chunks[-1][0]
                 yield chunks
                 continue
             state = await self.store.get_stream(self.stream_id)

@@ -151,6 +151,10 @@ class StreamState:
     status: SessionStatus
 
 
+StoredChunk = tuple[int, str]
+"""A chunk as stored: its sequence and its wire JSON (what `chunk_to_json` gives, as text)."""
+
+
 @dataclass(frozen=True, slots=True)
 class InterruptFlag:
     """A pending interrupt request."""
@@ -283,6 +287,12 @@ class StateStore(abc.ABC):
         self, stream_id: str, *, after: int = 0, limit: int = 1000
     ) -> list[Chunk]:
         """Chunks with sequence > `after`, in order, at most `limit`."""
+
+    @abc.abstractmethod
+    async def read_chunk_json(
+        self, stream_id: str, *, after: int = 0, limit: int = 1000
+    ) -> list[StoredChunk]:
+        """The same chunks as `read_chunks`, as their sequence and wire JSON, never parsed."""
 
     @abc.abstractmethod
     async def get_stream(self, stream_id: str) -> StreamState:

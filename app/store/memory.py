@@ -10,11 +10,19 @@ import dataclasses
 from collections.abc import Sequence
 
 from app.errors import SessionExistsError, SessionNotFoundError, StreamNotFoundError
-from app.protocol import STOPPED_STATUSES, Chunk, Message, SessionStatus, SubSessionRef
+from app.protocol import (
+    STOPPED_STATUSES,
+    Chunk,
+    Message,
+    SessionStatus,
+    SubSessionRef,
+    chunk_to_json,
+)
 from app.store.base import (
     InterruptFlag,
     SessionRecord,
     StateStore,
+    StoredChunk,
     StreamState,
     WriteBatch,
     now_ms,
@@ -29,6 +37,8 @@ class _Stream:
     waiters: list[asyncio.Future[None]]
     base: int = 0
     """Chunks deleted by retention: `chunks[0]` has sequence `base + 1`."""
+    stored: list[StoredChunk] = dataclasses.field(default_factory=list)
+    """`chunks[:len(stored)]` serialised, once, by the first read that wanted them."""
 
     @property
     def last_sequence(self) -> int:
@@ -231,6 +241,21 @@ class MemoryStore(StateStore):
         start = max(after - stream.base, 0)
         return stream.chunks[start : start + limit]
 
+    async def read_chunk_json(
+        self, stream_id: str, *, after: int = 0, limit: int = 1000
+    ) -> list[StoredChunk]:
+        """Chunks after `after` as wire JSON, serialised once for every reader."""
+        self._check_open()
+        stream = self._streams.get(stream_id)
+        if stream is None:
+            return []
+        start = max(after - stream.base, 0)
+        stop = min(start + limit, len(stream.chunks))
+        stored = stream.stored
+        for chunk in stream.chunks[len(stored) : stop]:
+            stored.append((chunk.sequence, chunk_to_json(chunk).decode()))
+        return stored[start:stop]
+
     async def get_stream(self, stream_id: str) -> StreamState:
         """The stream's progress."""
         self._check_open()
@@ -266,4 +291,5 @@ class MemoryStore(StateStore):
                 deleted += len(stream.chunks)
                 stream.base += len(stream.chunks)
                 stream.chunks = []
+                stream.stored = []
         return deleted

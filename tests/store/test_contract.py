@@ -30,6 +30,7 @@ from app.protocol import (
     ToolPendingChunk,
     ToolStartChunk,
     UserMessage,
+    chunk_to_json,
 )
 from app.store import (
     ChunkAppend,
@@ -275,6 +276,22 @@ async def test_chunks_of_every_type_round_trip(store: StateStore) -> None:
     assert await store.read_chunks("nowhere") == []
 
 
+async def test_chunk_json_is_the_wire_json_of_each_chunk(store: StateStore) -> None:
+    chunks = every_chunk_type()
+    await store.commit(WriteBatch(chunks=[ChunkAppend("s1", chunks)]))  # type: ignore[arg-type]
+    wire = [(chunk.sequence, chunk_to_json(chunk).decode()) for chunk in chunks]
+    assert await store.read_chunk_json("s1", after=2, limit=2) == wire[2:4]
+    assert await store.read_chunk_json("s1") == wire
+    assert await store.read_chunk_json("s1", after=7) == wire[7:]
+    assert await store.read_chunk_json("s1", after=9) == []
+    assert await store.read_chunk_json("nowhere") == []
+    await store.commit(WriteBatch(chunks=[ChunkAppend("s1", [delta(10)])]))
+    assert await store.read_chunk_json("s1", after=8) == [
+        wire[8],
+        (10, chunk_to_json(delta(10)).decode()),
+    ]
+
+
 async def test_chunk_sequences_must_follow_without_gap(store: StateStore) -> None:
     await store.commit(WriteBatch(chunks=[ChunkAppend("s1", [delta(1), delta(2)])]))
     with pytest.raises(SessionExistsError):
@@ -339,9 +356,11 @@ async def test_delete_finished_streams_keeps_running_ones(store: StateStore) -> 
         )
     )
     assert await store.delete_finished_streams(older_than_ms=60_000) == 0
+    assert [sequence for sequence, _ in await store.read_chunk_json("done")] == [1, 2]
     await asyncio.sleep(0.01)
     assert await store.delete_finished_streams(older_than_ms=0) == 2
     assert await store.read_chunks("done") == []
+    assert await store.read_chunk_json("done") == []
     assert (await store.get_stream("done")).last_sequence == 2
     assert len(await store.read_chunks("live")) == 1
 

@@ -215,6 +215,14 @@ class Queries:
             .limit(bindparam("limit"))
             .offset(literal_column("0"))
         )
+        self.read_chunk_json = driver(
+            select(chunks.c.sequence, chunks.c.body)
+            .where(chunks.c.stream_id == bindparam("stream_id"))
+            .where(chunks.c.sequence > bindparam("after"))
+            .order_by(chunks.c.sequence)
+            .limit(bindparam("limit"))
+            .offset(literal_column("0"))
+        )
         self.get_stream = driver(
             select(streams.c.last_sequence, streams.c.status).where(
                 streams.c.stream_id == bindparam("stream_id")

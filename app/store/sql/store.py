@@ -23,6 +23,7 @@ from app.store.base import (
     Listener,
     SessionRecord,
     StateStore,
+    StoredChunk,
     StreamState,
     WriteBatch,
     now_ms,
@@ -299,6 +300,17 @@ class SqlStore(StateStore):
             async with self._connections.acquire() as conn:
                 rows = await conn.fetch(self._queries.read_chunks, params)
         return [chunk_from_body(body) for (body,) in rows]
+
+    async def read_chunk_json(
+        self, stream_id: str, *, after: int = 0, limit: int = 1000
+    ) -> list[StoredChunk]:
+        """Chunks with sequence > `after` as their stored wire JSON, at most `limit`."""
+        self._check_open()
+        params = {"stream_id": stream_id, "after": after, "limit": limit}
+        with translate_errors("read chunks"):
+            async with self._connections.acquire() as conn:
+                rows = await conn.fetch(self._queries.read_chunk_json, params)
+        return [(sequence, body) for sequence, body in rows]
 
     async def get_stream(self, stream_id: str) -> StreamState:
         """The stream's last sequence and status, or `StreamNotFoundError`."""
