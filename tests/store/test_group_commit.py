@@ -198,9 +198,13 @@ async def test_a_session_created_and_stopped_in_one_group_holds_no_lease(
     )
 
 
-async def test_a_conversation_cleared_within_a_group_restarts_from_zero(
-    sql_store: SqlStore,
-) -> None:
+async def test_a_conversation_cleared_within_a_group_restarts_from_zero(sql_url: str) -> None:
+    # Batches of messages alone name no stream, so only a single writer groups them together.
+    async with SqlStore(sql_url, write_lanes=1) as sql_store:
+        await _cleared_within_a_group(sql_store)
+
+
+async def _cleared_within_a_group(sql_store: SqlStore) -> None:
     def message(session_id: str, index: int, text: str) -> MessageAppend:
         return MessageAppend(session_id, index, UserMessage(content=text))
 

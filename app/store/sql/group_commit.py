@@ -58,12 +58,27 @@ class GroupCommitter:
 
     async def submit(self, batch: WriteBatch) -> None:
         """Queue `batch` and wait until it is committed; raises what its own transaction raised."""
+        await self.enqueue(batch)
+
+    def enqueue(self, batch: WriteBatch) -> asyncio.Future[None]:
+        """Queue `batch` now; the future resolves once it is committed (cancel it to withdraw
+        the batch while it is still queued)."""
         if self._closing or self._task is None:
             raise StoreClosedError("The store's writer is not running")
         outcome: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._queue.append(_Pending(batch, batch_size(batch), outcome))
         self._wakeup.set()
-        await outcome
+        return outcome
+
+    def withdraw(self, outcome: asyncio.Future[None]) -> bool:
+        """Take back a batch `enqueue` queued, unless the writer has taken it (then it is
+        applied); cancels its future when it was withdrawn."""
+        for pending in self._queue:
+            if pending.outcome is outcome:
+                self._queue.remove(pending)
+                outcome.cancel()
+                return True
+        return False
 
     async def close(self) -> None:
         """Commit what is queued, then stop the writer."""

@@ -37,7 +37,7 @@ from app.store.sql.engines import (
     parse_url,
     translate_errors,
 )
-from app.store.sql.group_commit import GroupCommitter
+from app.store.sql.lanes import WriteLanes
 from app.store.sql.migrate import upgrade
 from app.store.sql.notify import PgListener, Poller, Progress, StreamWaiters
 from app.store.sql.queries import INTERRUPT_CHANNEL, queries_for
@@ -57,6 +57,9 @@ SQLITE_POLL_INTERVAL = 0.025
 PG_FALLBACK_POLL_INTERVAL = 0.05
 """Seconds between PostgreSQL polls while the LISTEN connection is down."""
 
+POSTGRES_WRITE_LANES = 2
+"""Transactions a PostgreSQL store has in flight at once (see `lanes`)."""
+
 CONFLICT = "The batch conflicts with a concurrent write (a session, message or chunk exists)"
 
 
@@ -65,10 +68,12 @@ class SqlStore(StateStore):
 
     Opening it (`async with`) creates the SQLite file's folder if needed and migrates the
     database to the current schema. `pool_size` bounds its open connections (one more listens
-    on PostgreSQL).
+    on PostgreSQL); `write_lanes` is how many write transactions may be in flight at once.
     """
 
-    def __init__(self, database_url: str, *, pool_size: int = 8) -> None:
+    def __init__(
+        self, database_url: str, *, pool_size: int = 8, write_lanes: int | None = None
+    ) -> None:
         super().__init__()
         self._url, backend = parse_url(database_url)
         self.backend: Backend = backend
@@ -77,7 +82,9 @@ class SqlStore(StateStore):
         self._origin = uuid.uuid4().hex[:12]
         self._queries = queries_for(self.backend)
         self._writer = BatchWriter(self._queries, origin=self._origin)
-        self._committer = GroupCommitter(self._apply)
+        # SQLite has one writer at a time whatever we do; PostgreSQL runs a transaction per lane.
+        lanes = write_lanes or (POSTGRES_WRITE_LANES if backend == "postgresql" else 1)
+        self._committer = WriteLanes(self._apply, count=lanes)
         self._waiters = StreamWaiters()
         self._json_as_text = self.backend == "sqlite"
         self._engine: AsyncEngine | None = None

@@ -1,0 +1,145 @@
+"""Write lanes: several group committers at once, each stream's batches in one of them.
+
+One writer applies one transaction at a time: while the database executes a group, the next
+waits, and a burst of commits (a hundred runs ending a step together) queues behind it. With
+lanes, groups of unrelated streams are in flight together on their own connections, so the
+database executes one while the process plans the next.
+
+Order is kept where it matters. A batch joins the lane that holds a pending batch of one of its
+streams, so a stream's batches are applied in the order they were committed. A batch that
+cannot be placed that way (it names no stream, or streams pending in different lanes) waits
+until nothing it could overtake is pending, and every batch committed after it waits behind it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import functools
+import itertools
+from dataclasses import dataclass
+
+from app.store.base import WriteBatch
+from app.store.sql.group_commit import Apply, GroupCommitter
+
+
+def batch_streams(batch: WriteBatch) -> frozenset[str]:
+    """The streams a batch writes to: its chunks', its sessions' and its stream updates'."""
+    return frozenset(
+        (
+            *(append.stream_id for append in batch.chunks),
+            *(record.stream_id for record in batch.new_sessions),
+            *(record.stream_id for record in batch.updated_sessions),
+            *(update.stream_id for update in batch.streams),
+        )
+    )
+
+
+@dataclass(slots=True)
+class _Entry:
+    batch: WriteBatch
+    streams: frozenset[str]
+    outcome: asyncio.Future[None]
+    lane: int = 0
+    queued: asyncio.Future[None] | None = None
+    """The lane's own future, once the batch is queued in a lane."""
+
+
+class WriteLanes:
+    """`count` group committers (one behaves exactly as a single `GroupCommitter`)."""
+
+    def __init__(self, apply: Apply, *, count: int) -> None:
+        self._lanes = [GroupCommitter(apply) for _ in range(max(count, 1))]
+        self._holder: dict[str, int] = {}
+        """The lane holding each stream that has pending batches."""
+        self._pending: collections.Counter[str] = collections.Counter()
+        self._in_lanes = 0
+        """Batches queued in a lane and not yet settled."""
+        self._blocked: collections.deque[_Entry] = collections.deque()
+        """Batches waiting for a lane, in commit order."""
+        self._unplaced = 0
+        """Batches naming no stream queued and not yet settled: all others follow them."""
+        self._rotation = itertools.cycle(range(len(self._lanes)))
+
+    @property
+    def groups(self) -> int:
+        """Transactions committed so far, every lane together."""
+        return sum(lane.groups for lane in self._lanes)
+
+    def start(self) -> None:
+        """Start every lane's writer task."""
+        for lane in self._lanes:
+            lane.start()
+
+    async def close(self) -> None:
+        """Commit what is queued, then stop every lane."""
+        for entry in self._blocked:
+            entry.outcome.cancel()
+        self._blocked.clear()
+        for lane in self._lanes:
+            await lane.close()
+
+    async def submit(self, batch: WriteBatch) -> None:
+        """Queue `batch` in a lane and wait until it is committed; raises what its own
+        transaction raised. A caller cancelled before its batch is taken withdraws it."""
+        entry = _Entry(batch, batch_streams(batch), asyncio.get_running_loop().create_future())
+        self._blocked.append(entry)
+        self._dispatch()
+        try:
+            await entry.outcome
+        except asyncio.CancelledError:
+            if entry.queued is not None:
+                self._lanes[entry.lane].withdraw(entry.queued)
+            elif entry in self._blocked:
+                self._blocked.remove(entry)
+            raise
+
+    def _dispatch(self) -> None:
+        """Queue blocked batches in lanes, oldest first, as long as the oldest can go."""
+        while self._blocked:
+            entry = self._blocked[0]
+            lane = self._lane_for(entry.streams)
+            if lane is None:
+                return
+            self._blocked.popleft()
+            try:
+                entry.queued = self._lanes[lane].enqueue(entry.batch)
+            except Exception as exc:
+                entry.outcome.set_exception(exc)
+                continue
+            entry.lane = lane
+            for stream_id in entry.streams:
+                self._holder[stream_id] = lane
+                self._pending[stream_id] += 1
+            self._in_lanes += 1
+            self._unplaced += not entry.streams
+            entry.queued.add_done_callback(functools.partial(self._settle, entry))
+
+    def _lane_for(self, streams: frozenset[str]) -> int | None:
+        if len(self._lanes) == 1:
+            return 0
+        if not streams:
+            return None if self._in_lanes else 0
+        if self._unplaced:
+            return 0
+        held = {self._holder[stream_id] for stream_id in streams if stream_id in self._holder}
+        if len(held) > 1:
+            return None
+        return held.pop() if held else next(self._rotation)
+
+    def _settle(self, entry: _Entry, queued: asyncio.Future[None]) -> None:
+        self._in_lanes -= 1
+        self._unplaced -= not entry.streams
+        for stream_id in entry.streams:
+            self._pending[stream_id] -= 1
+            if not self._pending[stream_id]:
+                del self._pending[stream_id]
+                del self._holder[stream_id]
+        if not entry.outcome.done():
+            if queued.cancelled():
+                entry.outcome.cancel()
+            elif (error := queued.exception()) is not None:
+                entry.outcome.set_exception(error)
+            else:
+                entry.outcome.set_result(None)
+        self._dispatch()
