@@ -12,6 +12,9 @@ from app.protocol import STOPPED_STATUSES, Chunk, SessionStatus, chunk_from_json
 from app.store import StateStore
 from app.store.base import StoredChunk
 
+PAGE_SIZE = 500
+"""Chunks per store read: what one SSE write sends at most."""
+
 
 class StreamFollower:
     """Yields a stream's chunks with sequence > `after`, in order, until its run stops.
@@ -27,7 +30,6 @@ class StreamFollower:
         self.after = max(after, 0)
         self.poll = poll
         self.status: SessionStatus | None = None
-        self._gone = -1
 
     async def __aiter__(self) -> AsyncIterator[Chunk]:
         async for page in self.pages():
@@ -37,24 +39,17 @@ class StreamFollower:
     async def pages(self) -> AsyncIterator[list[StoredChunk]]:
         """The same chunks as stored (sequence and wire JSON), a page of what the store had at a
         time, for writers that send the bytes of a page at once."""
-        size = 500
-        while True:
-            chunks = await self.store.read_chunk_json(self.stream_id, after=self.after, limit=size)
-            if chunks:
-                self.after = chunks[-1][0]
-                yield chunks
-                continue
-            state = await self.store.get_stream(self.stream_id)
-            if state.last_sequence <= self.after:
-                if state.status in STOPPED_STATUSES:
-                    self.status = state.status
+        async with self.store.watch_stream(self.stream_id) as watch:
+            while True:
+                page = await watch.read(after=self.after, limit=PAGE_SIZE)
+                if page.chunks:
+                    self.after = page.chunks[-1][0]
+                    yield page.chunks
+                if len(page.chunks) == PAGE_SIZE:
+                    continue
+                # A short page holds every chunk the stream had when its status was read, but
+                # for those retention deleted (only ever of a stopped stream).
+                if page.status in STOPPED_STATUSES:
+                    self.status = page.status
                     return
-                await self.store.wait_for_stream(
-                    self.stream_id, after=self.after, timeout=self.poll
-                )
-            elif state.status in STOPPED_STATUSES and state.last_sequence == self._gone:
-                # Retention deleted what is left of this finished stream: nothing more to read.
-                self.status = state.status
-                return
-            else:
-                self._gone = state.last_sequence
+                await watch.wait(self.poll)

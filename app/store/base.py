@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, fields
 from types import TracebackType
 from typing import Any, Literal, Self
@@ -156,6 +157,32 @@ StoredChunk = tuple[int, str]
 
 
 @dataclass(frozen=True, slots=True)
+class StreamPage:
+    """Chunks of a stream as stored, and the stream's progress, read at one moment."""
+
+    chunks: list[StoredChunk]
+    """Sequence > `after`, in order, at most `limit`: fewer means none followed them then."""
+    last_sequence: int
+    status: SessionStatus
+
+
+class StreamWatch(abc.ABC):
+    """One follower's hold on a stream (`StateStore.watch_stream`): it reads pages, then waits
+    for a change past what it read. Wake-ups count from the watch's start, so a change made
+    between a read and the next wait is never missed."""
+
+    @abc.abstractmethod
+    async def read(self, *, after: int, limit: int) -> StreamPage:
+        """The stored chunks after `after` with the stream's progress, in one read;
+        `StreamNotFoundError` if the stream does not exist."""
+
+    @abc.abstractmethod
+    async def wait(self, timeout: float) -> None:
+        """Return once the stream may have changed since the last `read` (at once if it has),
+        or on timeout. May return early: callers read again."""
+
+
+@dataclass(frozen=True, slots=True)
 class InterruptFlag:
     """A pending interrupt request."""
 
@@ -289,10 +316,8 @@ class StateStore(abc.ABC):
         """Chunks with sequence > `after`, in order, at most `limit`."""
 
     @abc.abstractmethod
-    async def read_chunk_json(
-        self, stream_id: str, *, after: int = 0, limit: int = 1000
-    ) -> list[StoredChunk]:
-        """The same chunks as `read_chunks`, as their sequence and wire JSON, never parsed."""
+    def watch_stream(self, stream_id: str) -> AbstractAsyncContextManager[StreamWatch]:
+        """A watch for following the stream: `async with store.watch_stream(id) as watch:`."""
 
     @abc.abstractmethod
     async def get_stream(self, stream_id: str) -> StreamState:

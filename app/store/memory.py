@@ -6,8 +6,9 @@ Every method runs without awaiting, so each call, `commit` included, is atomic o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 
 from app.errors import SessionExistsError, SessionNotFoundError, StreamNotFoundError
 from app.protocol import (
@@ -23,7 +24,9 @@ from app.store.base import (
     SessionRecord,
     StateStore,
     StoredChunk,
+    StreamPage,
     StreamState,
+    StreamWatch,
     WriteBatch,
     now_ms,
 )
@@ -241,20 +244,23 @@ class MemoryStore(StateStore):
         start = max(after - stream.base, 0)
         return stream.chunks[start : start + limit]
 
-    async def read_chunk_json(
-        self, stream_id: str, *, after: int = 0, limit: int = 1000
-    ) -> list[StoredChunk]:
-        """Chunks after `after` as wire JSON, serialised once for every reader."""
+    @contextlib.asynccontextmanager
+    async def watch_stream(self, stream_id: str) -> AsyncIterator[StreamWatch]:
+        """A watch on the stream (nothing to register: commits wake waiters directly)."""
+        self._check_open()
+        yield _MemoryWatch(self, stream_id)
+
+    def _page(self, stream_id: str, after: int, limit: int) -> StreamPage:
         self._check_open()
         stream = self._streams.get(stream_id)
         if stream is None:
-            return []
+            raise StreamNotFoundError(f"Stream {stream_id!r} not found")
         start = max(after - stream.base, 0)
         stop = min(start + limit, len(stream.chunks))
         stored = stream.stored
         for chunk in stream.chunks[len(stored) : stop]:
             stored.append((chunk.sequence, chunk_to_json(chunk).decode()))
-        return stored[start:stop]
+        return StreamPage(stored[start:stop], stream.last_sequence, stream.status)
 
     async def get_stream(self, stream_id: str) -> StreamState:
         """The stream's progress."""
@@ -270,6 +276,9 @@ class MemoryStore(StateStore):
         stream = self._stream(stream_id)
         if stream.last_sequence > after:
             return
+        await self._next_change(stream, timeout)
+
+    async def _next_change(self, stream: _Stream, timeout: float) -> None:
         waiter = asyncio.get_running_loop().create_future()
         stream.waiters.append(waiter)
         try:
@@ -293,3 +302,21 @@ class MemoryStore(StateStore):
                 stream.chunks = []
                 stream.stored = []
         return deleted
+
+
+class _MemoryWatch(StreamWatch):
+    def __init__(self, store: MemoryStore, stream_id: str) -> None:
+        self._store = store
+        self._stream_id = stream_id
+        self._seen: tuple[int, SessionStatus] | None = None
+
+    async def read(self, *, after: int, limit: int) -> StreamPage:
+        page = self._store._page(self._stream_id, after, limit)
+        self._seen = (page.last_sequence, page.status)
+        return page
+
+    async def wait(self, timeout: float) -> None:
+        self._store._check_open()
+        stream = self._store._stream(self._stream_id)
+        if (stream.last_sequence, stream.status) == self._seen:
+            await self._store._next_change(stream, timeout)

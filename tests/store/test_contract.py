@@ -43,6 +43,7 @@ from app.store import (
     WriteBatch,
     now_ms,
 )
+from app.store.base import StreamPage
 
 
 def session(session_id: str = "s1", **changes: object) -> SessionRecord:
@@ -276,20 +277,52 @@ async def test_chunks_of_every_type_round_trip(store: StateStore) -> None:
     assert await store.read_chunks("nowhere") == []
 
 
-async def test_chunk_json_is_the_wire_json_of_each_chunk(store: StateStore) -> None:
+async def test_a_watch_reads_the_wire_json_and_the_progress_together(store: StateStore) -> None:
     chunks = every_chunk_type()
     await store.commit(WriteBatch(chunks=[ChunkAppend("s1", chunks)]))  # type: ignore[arg-type]
     wire = [(chunk.sequence, chunk_to_json(chunk).decode()) for chunk in chunks]
-    assert await store.read_chunk_json("s1", after=2, limit=2) == wire[2:4]
-    assert await store.read_chunk_json("s1") == wire
-    assert await store.read_chunk_json("s1", after=7) == wire[7:]
-    assert await store.read_chunk_json("s1", after=9) == []
-    assert await store.read_chunk_json("nowhere") == []
-    await store.commit(WriteBatch(chunks=[ChunkAppend("s1", [delta(10)])]))
-    assert await store.read_chunk_json("s1", after=8) == [
-        wire[8],
-        (10, chunk_to_json(delta(10)).decode()),
-    ]
+    async with store.watch_stream("s1") as watch:
+        assert await watch.read(after=2, limit=2) == StreamPage(wire[2:4], 9, "running")
+        assert await watch.read(after=0, limit=100) == StreamPage(wire, 9, "running")
+        assert await watch.read(after=7, limit=100) == StreamPage(wire[7:], 9, "running")
+        await store.commit(
+            WriteBatch(
+                chunks=[ChunkAppend("s1", [delta(10)])],
+                streams=[StreamUpdate("s1", "completed")],
+            )
+        )
+        ten = (10, chunk_to_json(delta(10)).decode())
+        assert await watch.read(after=8, limit=100) == StreamPage([wire[8], ten], 10, "completed")
+        assert await watch.read(after=10, limit=100) == StreamPage([], 10, "completed")
+    async with store.watch_stream("nowhere") as watch:
+        with pytest.raises(StreamNotFoundError):
+            await watch.read(after=0, limit=10)
+
+
+async def test_a_watch_wakes_on_what_changed_since_its_read(store: StateStore) -> None:
+    await store.commit(WriteBatch(chunks=[ChunkAppend("s1", [delta(1)])]))
+    async with store.watch_stream("s1") as watch:
+        assert (await watch.read(after=0, limit=10)).last_sequence == 1
+        # A commit between the read and the wait: the wait returns at once.
+        await store.commit(WriteBatch(chunks=[ChunkAppend("s1", [delta(2)])]))
+        await asyncio.wait_for(watch.wait(5), 1)
+        assert (await watch.read(after=1, limit=10)).last_sequence == 2
+        # Nothing new: it times out quietly.
+        await watch.wait(0.05)
+        # A chunk, then a status alone, wake a waiting watch.
+        for change in (
+            WriteBatch(chunks=[ChunkAppend("s1", [delta(3)])]),
+            WriteBatch(streams=[StreamUpdate("s1", "completed")]),
+        ):
+            await watch.read(after=2, limit=10)
+            waiter = asyncio.create_task(watch.wait(5))
+            await asyncio.sleep(0.01)
+            assert not waiter.done()
+            await store.commit(change)
+            await asyncio.wait_for(waiter, 1)
+        assert await watch.read(after=2, limit=10) == StreamPage(
+            [(3, chunk_to_json(delta(3)).decode())], 3, "completed"
+        )
 
 
 async def test_chunk_sequences_must_follow_without_gap(store: StateStore) -> None:
@@ -356,11 +389,13 @@ async def test_delete_finished_streams_keeps_running_ones(store: StateStore) -> 
         )
     )
     assert await store.delete_finished_streams(older_than_ms=60_000) == 0
-    assert [sequence for sequence, _ in await store.read_chunk_json("done")] == [1, 2]
+    async with store.watch_stream("done") as watch:
+        assert [sequence for sequence, _ in (await watch.read(after=0, limit=10)).chunks] == [1, 2]
     await asyncio.sleep(0.01)
     assert await store.delete_finished_streams(older_than_ms=0) == 2
     assert await store.read_chunks("done") == []
-    assert await store.read_chunk_json("done") == []
+    async with store.watch_stream("done") as watch:
+        assert await watch.read(after=0, limit=10) == StreamPage([], 2, "completed")
     assert (await store.get_stream("done")).last_sequence == 2
     assert len(await store.read_chunks("live")) == 1
 

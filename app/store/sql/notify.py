@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import enum
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.errors import StoreClosedError
 from app.protocol import SessionStatus
+from app.store.base import StreamPage, StreamWatch
 from app.store.sql.driver import ConnectionPool, DriverSql, RawConnection
 from app.store.sql.engines import DRIVER_ERRORS
 from app.store.sql.group_commit import cancel_quietly
@@ -86,6 +87,10 @@ class StreamWaiters:
         waited.waiters += 1
         return waited.event
 
+    def current(self, stream_id: str) -> asyncio.Event:
+        """The event the stream's next wake-up sets (the stream must be registered)."""
+        return self._streams[stream_id].event
+
     def note(self, stream_id: str, progress: Progress | None) -> bool:
         """Record what a waiter read after registering; False when it is already stale."""
         waited = self._streams[stream_id]
@@ -150,6 +155,36 @@ class StreamWaiters:
                 waited.pending.clear()
         elif waited.known != progress:
             self.wake([stream_id], seen=progress)
+
+
+class WaitersWatch(StreamWatch):
+    """A `StreamWatch` over `StreamWaiters`: registered for its whole life, it takes the wake-up
+    event before each read, so a wake-up between the read and the wait is never lost, and the
+    read's progress is what a later notification is judged against."""
+
+    def __init__(
+        self,
+        waiters: StreamWaiters,
+        stream_id: str,
+        read: Callable[[str, int, int], Awaitable[StreamPage]],
+        wait: Callable[[str, asyncio.Event, Progress | None, float], Awaitable[None]],
+    ) -> None:
+        self._waiters = waiters
+        self._stream_id = stream_id
+        self._read = read
+        self._wait = wait
+        self._changed: asyncio.Event | None = None
+        self._seen: Progress | None = None
+
+    async def read(self, *, after: int, limit: int) -> StreamPage:
+        self._changed = self._waiters.current(self._stream_id)
+        page = await self._read(self._stream_id, after, limit)
+        self._seen = (page.last_sequence, page.status)
+        return page
+
+    async def wait(self, timeout: float) -> None:
+        if self._changed is not None and not self._changed.is_set():
+            await self._wait(self._stream_id, self._changed, self._seen, timeout)
 
 
 class Poller:

@@ -215,14 +215,25 @@ class Queries:
             .limit(bindparam("limit"))
             .offset(literal_column("0"))
         )
-        self.read_chunk_json = driver(
+        page = (
             select(chunks.c.sequence, chunks.c.body)
             .where(chunks.c.stream_id == bindparam("stream_id"))
             .where(chunks.c.sequence > bindparam("after"))
             .order_by(chunks.c.sequence)
             .limit(bindparam("limit"))
             .offset(literal_column("0"))
+            .subquery()
         )
+        self.read_page = driver(
+            union_all(
+                select(page.c.sequence, page.c.body, literal_column("NULL")),
+                select(literal_column("NULL"), streams.c.status, streams.c.last_sequence).where(
+                    streams.c.stream_id == bindparam("stream_id")
+                ),
+            ).order_by(literal_column("1"))
+        )
+        """A page of stored chunks `(sequence, body, NULL)` and the stream's progress
+        `(NULL, status, last_sequence)`, in one statement so they are read in one snapshot."""
         self.get_stream = driver(
             select(streams.c.last_sequence, streams.c.status).where(
                 streams.c.stream_id == bindparam("stream_id")

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import cast
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -24,7 +24,9 @@ from app.store.base import (
     SessionRecord,
     StateStore,
     StoredChunk,
+    StreamPage,
     StreamState,
+    StreamWatch,
     WriteBatch,
     now_ms,
 )
@@ -39,7 +41,7 @@ from app.store.sql.engines import (
 )
 from app.store.sql.lanes import WriteLanes
 from app.store.sql.migrate import upgrade
-from app.store.sql.notify import PgListener, Poller, Progress, StreamWaiters
+from app.store.sql.notify import PgListener, Poller, Progress, StreamWaiters, WaitersWatch
 from app.store.sql.queries import INTERRUPT_CHANNEL, queries_for
 from app.store.sql.rows import (
     chunk_from_body,
@@ -308,16 +310,32 @@ class SqlStore(StateStore):
                 rows = await conn.fetch(self._queries.read_chunks, params)
         return [chunk_from_body(body) for (body,) in rows]
 
-    async def read_chunk_json(
-        self, stream_id: str, *, after: int = 0, limit: int = 1000
-    ) -> list[StoredChunk]:
-        """Chunks with sequence > `after` as their stored wire JSON, at most `limit`."""
+    @contextlib.asynccontextmanager
+    async def watch_stream(self, stream_id: str) -> AsyncIterator[StreamWatch]:
+        """A watch on the stream, registered for wake-ups until the `async with` ends."""
+        self._check_open()
+        self._waiters.register(stream_id)
+        try:
+            yield WaitersWatch(self._waiters, stream_id, self._read_page, self._await_change)
+        finally:
+            self._waiters.release(stream_id)
+
+    async def _read_page(self, stream_id: str, after: int, limit: int) -> StreamPage:
         self._check_open()
         params = {"stream_id": stream_id, "after": after, "limit": limit}
         with translate_errors("read chunks"):
             async with self._connections.acquire() as conn:
-                rows = await conn.fetch(self._queries.read_chunk_json, params)
-        return [(sequence, body) for sequence, body in rows]
+                rows = await conn.fetch(self._queries.read_page, params)
+        stored: list[StoredChunk] = []
+        progress: Progress | None = None
+        for sequence, body, last_sequence in rows:
+            if last_sequence is None:
+                stored.append((sequence, body))
+            else:
+                progress = (last_sequence, body)
+        if progress is None:
+            raise StreamNotFoundError(f"Stream {stream_id!r} not found")
+        return StreamPage(stored, progress[0], progress[1])
 
     async def get_stream(self, stream_id: str) -> StreamState:
         """The stream's last sequence and status, or `StreamNotFoundError`."""
@@ -339,16 +357,21 @@ class SqlStore(StateStore):
         changed = self._waiters.register(stream_id)
         try:
             progress = await self._progress(stream_id)
-            if progress is not None and progress[0] > after:
-                return
-            if not self._waiters.note(stream_id, progress):
-                return
-            self._ensure_polling()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(timeout):
-                    await changed.wait()
+            if progress is None or progress[0] <= after:
+                await self._await_change(stream_id, changed, progress, timeout)
         finally:
             self._waiters.release(stream_id)
+
+    async def _await_change(
+        self, stream_id: str, changed: asyncio.Event, seen: Progress | None, timeout: float
+    ) -> None:
+        """Wait for `changed` unless what was `seen` after taking it is already stale."""
+        if not self._waiters.note(stream_id, seen):
+            return
+        self._ensure_polling()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await changed.wait()
 
     async def delete_finished_streams(self, *, older_than_ms: int) -> int:
         """Delete the chunks of streams stopped before `now - older_than_ms`."""
