@@ -179,7 +179,9 @@ class StreamWatch(abc.ABC):
     @abc.abstractmethod
     async def wait(self, timeout: float) -> None:
         """Return once the stream may have changed since the last `read` (at once if it has),
-        or on timeout. May return early: callers read again."""
+        or on timeout. May return early: callers read again. In-process writes wake a watch at
+        once, other processes' within milliseconds (LISTEN/NOTIFY on PostgreSQL, polling on
+        SQLite)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,14 +324,6 @@ class StateStore(abc.ABC):
     @abc.abstractmethod
     async def get_stream(self, stream_id: str) -> StreamState:
         """The stream's last sequence and status, or `StreamNotFoundError`."""
-
-    @abc.abstractmethod
-    async def wait_for_stream(self, stream_id: str, *, after: int, timeout: float) -> None:
-        """Return once the stream may have a chunk past `after` or a new status, or on timeout.
-
-        May return early (callers re-read); in-process writes wake waiters at once, other processes'
-        writes within milliseconds (LISTEN/NOTIFY on PostgreSQL, polling on SQLite).
-        """
 
     @abc.abstractmethod
     async def delete_finished_streams(self, *, older_than_ms: int) -> int:

@@ -270,14 +270,6 @@ class MemoryStore(StateStore):
             raise StreamNotFoundError(f"Stream {stream_id!r} not found")
         return StreamState(stream_id, stream.last_sequence, stream.status)
 
-    async def wait_for_stream(self, stream_id: str, *, after: int, timeout: float) -> None:
-        """Wait for the stream's next change."""
-        self._check_open()
-        stream = self._stream(stream_id)
-        if stream.last_sequence > after:
-            return
-        await self._next_change(stream, timeout)
-
     async def _next_change(self, stream: _Stream, timeout: float) -> None:
         waiter = asyncio.get_running_loop().create_future()
         stream.waiters.append(waiter)

@@ -367,20 +367,6 @@ async def test_many_streams_interleave_independently(store: StateStore) -> None:
         assert {c.agent_id for c in chunks} == {f"st{i}"}
 
 
-async def test_wait_for_stream_wakes_on_commit(store: StateStore) -> None:
-    await store.commit(WriteBatch(chunks=[ChunkAppend("s1", [delta(1)])]))
-    waiter = asyncio.create_task(store.wait_for_stream("s1", after=1, timeout=5))
-    await asyncio.sleep(0.01)
-    assert not waiter.done()
-    started = asyncio.get_running_loop().time()
-    await store.commit(WriteBatch(chunks=[ChunkAppend("s1", [delta(2)])]))
-    await asyncio.wait_for(waiter, 2)
-    assert asyncio.get_running_loop().time() - started < 1.0
-    # Already past `after`: returns at once; nothing new: times out quietly.
-    await asyncio.wait_for(store.wait_for_stream("s1", after=1, timeout=5), 1)
-    await store.wait_for_stream("s1", after=2, timeout=0.05)
-
-
 async def test_delete_finished_streams_keeps_running_ones(store: StateStore) -> None:
     await store.commit(
         WriteBatch(

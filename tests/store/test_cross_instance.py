@@ -10,9 +10,10 @@ import asyncpg  # type: ignore[import-untyped]
 import pytest
 from sqlalchemy.engine import make_url
 
-from app.errors import StoreError
+from app.errors import StoreError, StreamNotFoundError
 from app.protocol import TextDeltaChunk
 from app.store import ChunkAppend, StreamUpdate, WriteBatch
+from app.store.base import StreamPage
 from app.store.sql import SqlStore
 
 WAKE_LIMIT = 1.0
@@ -38,39 +39,66 @@ async def timed(awaitable: Awaitable[object]) -> float:
     return loop.time() - started
 
 
-async def test_a_chunk_committed_by_one_instance_wakes_a_waiter_in_the_other(
+async def test_a_chunk_committed_by_one_instance_wakes_a_watch_in_the_other(
     pair: tuple[SqlStore, SqlStore],
 ) -> None:
     writer, reader = pair
     await writer.commit(WriteBatch(chunks=[ChunkAppend("s", [delta("s", 1)])]))
-    for sequence in (2, 3, 4):
-        waiter = asyncio.create_task(reader.wait_for_stream("s", after=sequence - 1, timeout=10))
-        await asyncio.sleep(0.05)
-        assert not waiter.done()
-        await writer.commit(WriteBatch(chunks=[ChunkAppend("s", [delta("s", sequence)])]))
-        assert await timed(waiter) < WAKE_LIMIT
-    assert [c.sequence for c in await reader.read_chunks("s")] == [1, 2, 3, 4]
+    async with reader.watch_stream("s") as watch:
+        for sequence in (2, 3, 4):
+            assert (await watch.read(after=sequence - 1, limit=10)).chunks == []
+            waiter = asyncio.create_task(watch.wait(10))
+            await asyncio.sleep(0.05)
+            assert not waiter.done()
+            await writer.commit(WriteBatch(chunks=[ChunkAppend("s", [delta("s", sequence)])]))
+            assert await timed(waiter) < WAKE_LIMIT
+        assert [sequence for sequence, _ in (await watch.read(after=0, limit=10)).chunks] == [
+            1,
+            2,
+            3,
+            4,
+        ]
+
+
+async def test_a_commit_between_a_watch_read_and_its_wait_is_not_missed(
+    pair: tuple[SqlStore, SqlStore],
+) -> None:
+    writer, reader = pair
+    await writer.commit(WriteBatch(chunks=[ChunkAppend("s", [delta("s", 1)])]))
+    async with reader.watch_stream("s") as watch:
+        for sequence, pause in ((2, 0.0), (3, 0.05)):
+            await watch.read(after=sequence - 1, limit=10)
+            await writer.commit(WriteBatch(chunks=[ChunkAppend("s", [delta("s", sequence)])]))
+            await asyncio.sleep(pause)  # the notification arrives before or after the wait
+            assert await timed(watch.wait(10)) < WAKE_LIMIT
+        assert (await watch.read(after=2, limit=10)).last_sequence == 3
 
 
 async def test_a_status_change_wakes_the_other_instance(pair: tuple[SqlStore, SqlStore]) -> None:
     writer, reader = pair
     await writer.commit(WriteBatch(streams=[StreamUpdate("s", "running")]))
-    waiter = asyncio.create_task(reader.wait_for_stream("s", after=0, timeout=10))
-    await asyncio.sleep(0.05)
-    assert not waiter.done()
-    await writer.commit(WriteBatch(streams=[StreamUpdate("s", "completed")]))
-    assert await timed(waiter) < WAKE_LIMIT
-    assert (await reader.get_stream("s")).status == "completed"
+    async with reader.watch_stream("s") as watch:
+        assert await watch.read(after=0, limit=10) == StreamPage([], 0, "running")
+        waiter = asyncio.create_task(watch.wait(10))
+        await asyncio.sleep(0.05)
+        assert not waiter.done()
+        await writer.commit(WriteBatch(streams=[StreamUpdate("s", "completed")]))
+        assert await timed(waiter) < WAKE_LIMIT
+        assert await watch.read(after=0, limit=10) == StreamPage([], 0, "completed")
 
 
-async def test_a_waiter_on_a_stream_that_does_not_exist_yet_wakes(
+async def test_a_watch_on_a_stream_that_does_not_exist_yet_wakes(
     pair: tuple[SqlStore, SqlStore],
 ) -> None:
     writer, reader = pair
-    waiter = asyncio.create_task(reader.wait_for_stream("new", after=0, timeout=10))
-    await asyncio.sleep(0.05)
-    await writer.commit(WriteBatch(chunks=[ChunkAppend("new", [delta("new", 1)])]))
-    assert await timed(waiter) < WAKE_LIMIT
+    async with reader.watch_stream("new") as watch:
+        with pytest.raises(StreamNotFoundError):
+            await watch.read(after=0, limit=10)
+        waiter = asyncio.create_task(watch.wait(10))
+        await asyncio.sleep(0.05)
+        await writer.commit(WriteBatch(chunks=[ChunkAppend("new", [delta("new", 1)])]))
+        assert await timed(waiter) < WAKE_LIMIT
+        assert (await watch.read(after=0, limit=10)).last_sequence == 1
 
 
 async def test_an_interrupt_raised_by_one_instance_reaches_the_others_listener(
@@ -125,14 +153,16 @@ async def test_every_interrupt_is_seen_exactly_once_across_instances(
 async def test_wake_ups_survive_a_lost_listen_connection(postgres_url: str) -> None:
     async with SqlStore(postgres_url) as writer, SqlStore(postgres_url) as reader:
         await terminate_listeners(postgres_url)
+        await writer.commit(WriteBatch(streams=[StreamUpdate("s", "running")]))
         # While the reader reconnects it polls, and once back it hears notifications again.
-        for sequence in (1, 2, 3):
-            wait = reader.wait_for_stream("s", after=sequence - 1, timeout=10)
-            waiter = asyncio.create_task(wait)
-            await asyncio.sleep(0.05)
-            await writer.commit(WriteBatch(chunks=[ChunkAppend("s", [delta("s", sequence)])]))
-            assert await timed(waiter) < WAKE_LIMIT
-            await asyncio.sleep(0.3)
+        async with reader.watch_stream("s") as watch:
+            for sequence in (1, 2, 3):
+                await watch.read(after=sequence - 1, limit=10)
+                waiter = asyncio.create_task(watch.wait(10))
+                await asyncio.sleep(0.05)
+                await writer.commit(WriteBatch(chunks=[ChunkAppend("s", [delta("s", sequence)])]))
+                assert await timed(waiter) < WAKE_LIMIT
+                await asyncio.sleep(0.3)
         heard = asyncio.Event()
         reader.add_interrupt_listener(lambda _session_id: heard.set())
         await writer.set_interrupt_flag("x")

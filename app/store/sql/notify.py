@@ -1,4 +1,4 @@
-"""Wake-ups: how `wait_for_stream` callers and interrupt listeners learn of other writers.
+"""Wake-ups: how stream watches and interrupt listeners learn of other writers.
 
 In-process commits wake a stream's waiters directly. Other processes are heard through
 PostgreSQL's LISTEN/NOTIFY on one dedicated connection, or, on SQLite (and on PostgreSQL while
@@ -79,13 +79,12 @@ class StreamWaiters:
     def __bool__(self) -> bool:
         return bool(self._streams)
 
-    def register(self, stream_id: str) -> asyncio.Event:
-        """Start waiting on the stream: the event is set by its next wake-up."""
+    def register(self, stream_id: str) -> None:
+        """Start watching the stream: its wake-ups set its `current` event from now on."""
         waited = self._streams.get(stream_id)
         if waited is None:
             waited = self._streams[stream_id] = _Waited()
         waited.waiters += 1
-        return waited.event
 
     def current(self, stream_id: str) -> asyncio.Event:
         """The event the stream's next wake-up sets (the stream must be registered)."""

@@ -12,12 +12,11 @@ import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import cast
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.errors import SessionNotFoundError, StreamNotFoundError
-from app.protocol import Chunk, Message, SessionStatus, SubSessionRef
+from app.protocol import Chunk, Message, SubSessionRef
 from app.store.base import (
     InterruptFlag,
     Listener,
@@ -340,27 +339,12 @@ class SqlStore(StateStore):
     async def get_stream(self, stream_id: str) -> StreamState:
         """The stream's last sequence and status, or `StreamNotFoundError`."""
         self._check_open()
-        progress = await self._progress(stream_id)
-        if progress is None:
-            raise StreamNotFoundError(f"Stream {stream_id!r} not found")
-        return StreamState(stream_id, progress[0], progress[1])
-
-    async def _progress(self, stream_id: str) -> Progress | None:
         with translate_errors("read a stream"):
             async with self._connections.acquire() as conn:
                 rows = await conn.fetch(self._queries.get_stream, {"stream_id": stream_id})
-        return (rows[0][0], cast(SessionStatus, rows[0][1])) if rows else None
-
-    async def wait_for_stream(self, stream_id: str, *, after: int, timeout: float) -> None:
-        """Return once the stream may have moved past `after` or changed status, or on timeout."""
-        self._check_open()
-        changed = self._waiters.register(stream_id)
-        try:
-            progress = await self._progress(stream_id)
-            if progress is None or progress[0] <= after:
-                await self._await_change(stream_id, changed, progress, timeout)
-        finally:
-            self._waiters.release(stream_id)
+        if not rows:
+            raise StreamNotFoundError(f"Stream {stream_id!r} not found")
+        return StreamState(stream_id, rows[0][0], rows[0][1])
 
     async def _await_change(
         self, stream_id: str, changed: asyncio.Event, seen: Progress | None, timeout: float
