@@ -156,6 +156,43 @@ class StreamWaiters:
             self.wake([stream_id], seen=progress)
 
 
+PageRead = Callable[[str, int, int], Awaitable[StreamPage]]
+"""Reads a page of a stream: stream id, after, limit."""
+
+
+class SharedReads:
+    """Runs identical page reads of one stream once: many followers at the live tail of a
+    stream, woken together, ask for the same page, and one query answers them all.
+
+    A read is shared only by watches that took the same wake-up event before reading: no wake-up
+    came between their starts, so each may take the page as its own read (a follower behind
+    the tail asks for another page and reads on its own).
+    """
+
+    def __init__(self, read: PageRead) -> None:
+        self._read = read
+        self._running: dict[tuple[str, int, int, asyncio.Event], asyncio.Future[StreamPage]] = {}
+
+    async def read(
+        self, stream_id: str, after: int, limit: int, changed: asyncio.Event
+    ) -> StreamPage:
+        """The page, from a read already running for the same wake-up or from a new one."""
+        key = (stream_id, after, limit, changed)
+        shared = self._running.get(key)
+        if shared is None:
+            shared = self._running[key] = asyncio.ensure_future(self._read(stream_id, after, limit))
+            shared.add_done_callback(lambda done: self._finished(key, done))
+        # Shielded: a follower that goes away does not cancel the others' read.
+        return await asyncio.shield(shared)
+
+    def _finished(
+        self, key: tuple[str, int, int, asyncio.Event], done: asyncio.Future[StreamPage]
+    ) -> None:
+        del self._running[key]
+        if not done.cancelled():
+            done.exception()  # retrieved, so an error no one awaited any more is not logged
+
+
 class WaitersWatch(StreamWatch):
     """A `StreamWatch` over `StreamWaiters`: registered for its whole life, it takes the wake-up
     event before each read, so a wake-up between the read and the wait is never lost, and the
@@ -165,25 +202,32 @@ class WaitersWatch(StreamWatch):
         self,
         waiters: StreamWaiters,
         stream_id: str,
-        read: Callable[[str, int, int], Awaitable[StreamPage]],
-        wait: Callable[[str, asyncio.Event, Progress | None, float], Awaitable[None]],
+        reads: SharedReads,
+        before_wait: Callable[[], None],
     ) -> None:
         self._waiters = waiters
         self._stream_id = stream_id
-        self._read = read
-        self._wait = wait
+        self._reads = reads
+        self._before_wait = before_wait
         self._changed: asyncio.Event | None = None
         self._seen: Progress | None = None
 
     async def read(self, *, after: int, limit: int) -> StreamPage:
-        self._changed = self._waiters.current(self._stream_id)
-        page = await self._read(self._stream_id, after, limit)
+        changed = self._changed = self._waiters.current(self._stream_id)
+        page = await self._reads.read(self._stream_id, after, limit, changed)
         self._seen = (page.last_sequence, page.status)
         return page
 
     async def wait(self, timeout: float) -> None:
-        if self._changed is not None and not self._changed.is_set():
-            await self._wait(self._stream_id, self._changed, self._seen, timeout)
+        changed = self._changed
+        if changed is None or changed.is_set():
+            return
+        if not self._waiters.note(self._stream_id, self._seen):
+            return  # what the read saw is stale already
+        self._before_wait()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await changed.wait()
 
 
 class Poller:

@@ -40,7 +40,14 @@ from app.store.sql.engines import (
 )
 from app.store.sql.lanes import WriteLanes
 from app.store.sql.migrate import upgrade
-from app.store.sql.notify import PgListener, Poller, Progress, StreamWaiters, WaitersWatch
+from app.store.sql.notify import (
+    PgListener,
+    Poller,
+    Progress,
+    SharedReads,
+    StreamWaiters,
+    WaitersWatch,
+)
 from app.store.sql.queries import INTERRUPT_CHANNEL, queries_for
 from app.store.sql.rows import (
     chunk_from_body,
@@ -87,6 +94,7 @@ class SqlStore(StateStore):
         lanes = write_lanes or (POSTGRES_WRITE_LANES if backend == "postgresql" else 1)
         self._committer = WriteLanes(self._apply, count=lanes)
         self._waiters = StreamWaiters()
+        self._reads = SharedReads(self._read_page)
         self._json_as_text = self.backend == "sqlite"
         self._engine: AsyncEngine | None = None
         self._pool: ConnectionPool | None = None
@@ -315,7 +323,7 @@ class SqlStore(StateStore):
         self._check_open()
         self._waiters.register(stream_id)
         try:
-            yield WaitersWatch(self._waiters, stream_id, self._read_page, self._await_change)
+            yield WaitersWatch(self._waiters, stream_id, self._reads, self._ensure_polling)
         finally:
             self._waiters.release(stream_id)
 
@@ -345,17 +353,6 @@ class SqlStore(StateStore):
         if not rows:
             raise StreamNotFoundError(f"Stream {stream_id!r} not found")
         return StreamState(stream_id, rows[0][0], rows[0][1])
-
-    async def _await_change(
-        self, stream_id: str, changed: asyncio.Event, seen: Progress | None, timeout: float
-    ) -> None:
-        """Wait for `changed` unless what was `seen` after taking it is already stale."""
-        if not self._waiters.note(stream_id, seen):
-            return
-        self._ensure_polling()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
-                await changed.wait()
 
     async def delete_finished_streams(self, *, older_than_ms: int) -> int:
         """Delete the chunks of streams stopped before `now - older_than_ms`."""
