@@ -41,7 +41,7 @@ from sqlalchemy.sql.elements import ClauseElement
 
 from app.store.sql.driver import DriverSql
 from app.store.sql.engines import Backend
-from app.store.sql.pg_write import WRITE_COLUMNS, build_write_all
+from app.store.sql.pg_write import build_write_all
 from app.store.sql.rows import UPDATED_COLUMNS
 from app.store.sql.tables import (
     chunks,
@@ -180,7 +180,6 @@ class Queries:
         self.upsert_stream_status = driver(upsert(streams, ("stream_id",), last_sequence="0"))
         self._dialect = dialect
         self._writes: dict[frozenset[str], DriverSql] = {}
-        self.write_columns = WRITE_COLUMNS
         self.notify = driver(
             text(
                 "SELECT pg_notify(:channel, payload) FROM unnest(:payloads) AS payload"

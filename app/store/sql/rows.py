@@ -18,8 +18,9 @@ from app.protocol.chunks import BaseChunk, chunk_from_json, chunk_to_json
 from app.store.base import SessionRecord
 from app.store.sql.tables import sessions, sub_session_refs
 
-SESSION_COLUMNS = tuple(column.name for column in sessions.columns)
-"""The sessions table's columns, in order."""
+SESSION_COLUMNS = tuple(str(column.name) for column in sessions.columns)
+"""The sessions table's columns, in order (plain `str`: SQLAlchemy's names are a subclass that
+JSON encoders take a slow path for)."""
 
 if tuple(field.name for field in dataclasses.fields(SessionRecord)) != SESSION_COLUMNS:
     raise RuntimeError("The sessions table's columns no longer follow SessionRecord's fields")
@@ -33,7 +34,7 @@ JSON_COLUMNS = ("state", "input", "output")
 """The sessions columns holding JSON."""
 
 _JSON_POSITIONS = tuple(SESSION_COLUMNS.index(name) for name in JSON_COLUMNS)
-_REF_COLUMNS = {column.name: index for index, column in enumerate(sub_session_refs.columns)}
+_REF_COLUMNS = {str(column.name): index for index, column in enumerate(sub_session_refs.columns)}
 
 
 def json_text(value: Any) -> str:

@@ -8,9 +8,9 @@ the database's write lock from `BEGIN IMMEDIATE`, and on PostgreSQL the streams'
 group's net effect is planned (a session created and updated in one group is inserted once in
 its final form). Unique keys remain the last line of defence against another process's writer.
 
-PostgreSQL then writes the plan in one statement of data-modifying CTEs over one array per
-column, with the notifications, so a runtime step costs four round trips (BEGIN, check, write,
-COMMIT). SQLite, in-process, runs one executemany per table.
+PostgreSQL then writes the plan in one statement of data-modifying CTEs over one JSON record
+set per table, with the notifications, so a runtime step costs four round trips (BEGIN, check,
+write, COMMIT). SQLite, in-process, runs one executemany per table.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import pydantic_core
 
 from app.errors import SessionExistsError, SessionNotFoundError
 from app.protocol import STOPPED_STATUSES
@@ -170,8 +172,7 @@ class BatchWriter:
         ):
             if rows:
                 parts.add(prefix)
-                for name in q.write_columns[prefix]:
-                    params[prefix + name] = [row[name] for row in rows]
+                params[prefix + "rows"] = pydantic_core.to_json(rows).decode()
         if parts or params["payloads"]:
             await conn.fetch(q.write_all(frozenset(parts)), params)
         if plan.statuses:
