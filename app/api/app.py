@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import importlib
 import logging
 from collections.abc import AsyncIterator
@@ -67,6 +68,10 @@ def create_app(registry: AgentRegistry, *, settings: Settings | None = None) -> 
         await asyncio.to_thread(app.openapi)
         async with store, runtime:
             app.state.runtime = runtime
+            # What start-up made (modules, schemas, compiled SQL) lives as long as the process:
+            # frozen, it leaves the collector's full passes, which otherwise stop the loop for
+            # tens of milliseconds each (about 20% of the CPU of 300 concurrent peer trees).
+            gc.freeze()
             cleanup = asyncio.get_running_loop().create_task(_clean_up_streams(store, settings))
             try:
                 yield

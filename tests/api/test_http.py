@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections import Counter
 from pathlib import Path
 
@@ -296,3 +297,11 @@ async def test_the_server_cleans_up_finished_streams_past_their_retention(tmp_pa
     assert replay.chunks == []
     assert replay.end == {"status": "completed"}
     assert (status["status"], status["lastSequence"]) == ("completed", len(first.chunks))
+
+
+async def test_start_up_freezes_what_it_made(tmp_path: Path) -> None:
+    gc.unfreeze()
+    registry = AgentRegistry([adder(Calls())])
+    settings = Settings(database_url=f"sqlite+aiosqlite:///{tmp_path}/frozen.db")
+    async with serve(registry, Calls(), settings):
+        assert gc.get_freeze_count() > 0
