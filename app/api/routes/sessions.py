@@ -93,8 +93,13 @@ async def start(
         if existing is None:
             raise
         return existing
-    record = await runtime.store.get_session(handle.session_id)
-    return _answer(record, 201)
+    created = StartResponse(
+        session_id=handle.session_id,
+        stream_id=handle.stream_id,
+        status="running",
+        agent_type=body.agent_type,
+    )
+    return JSONResponse(created.model_dump(by_alias=True), status_code=201)
 
 
 async def _existing(
