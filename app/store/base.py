@@ -247,7 +247,12 @@ class StateStore(abc.ABC):
 
     @abc.abstractmethod
     async def commit(self, batch: WriteBatch) -> None:
-        """Apply `batch` atomically: all of it or, on any error, none of it."""
+        """Apply `batch` atomically: all of it or, on any error, none of it.
+
+        Concurrent commits that write to one stream (its chunks, its sessions, its status) are
+        applied in the order they were called, so a writer may commit again before its last
+        commit has landed; commits of unrelated streams may land in any order.
+        """
 
     # -- sessions ------------------------------------------------------------------------------
 
