@@ -123,10 +123,13 @@ class StreamWriter:
         return chunks  # type: ignore[return-value]
 
     async def commit(self, batch: WriteBatch) -> None:
-        """Commit `batch` atomically together with every chunk queued so far.
+        """Commit `batch` atomically together with every chunk queued so far."""
+        await self.submit(batch)
 
-        The store applies commits in call order, so chunks always land as a contiguous prefix.
-        """
+    def submit(self, batch: WriteBatch) -> asyncio.Future[None]:
+        """Hand `batch`, with every chunk queued so far, to the store now; the future is its
+        outcome. The store applies one stream's batches in the order they were submitted, so
+        chunks always land as a contiguous prefix."""
         if self._failure is not None:
             raise self._failure
         if self._queue:
@@ -134,14 +137,18 @@ class StreamWriter:
         if self._tracked:
             batch.refs.extend(self._tracked.values())
             self._tracked = {}
-        if batch.is_empty():
-            return
         try:
-            await self.store.commit(batch)
+            outcome = self.store.submit(batch)
         except Exception as exc:
-            # A failed write may have left a gap: no later write of this stream may land.
-            self._failure = self._failure or exc
+            self._failure = exc
             raise
+        outcome.add_done_callback(self._note_failure)
+        return outcome
+
+    def _note_failure(self, outcome: asyncio.Future[None]) -> None:
+        # A failed write may have left a gap: no later write of this stream may land.
+        if not outcome.cancelled() and outcome.exception() is not None and self._failure is None:
+            self._failure = outcome.exception()
 
     async def drain(self) -> None:
         """Commit what is queued and wait for background flushes."""

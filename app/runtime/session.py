@@ -259,12 +259,20 @@ class SessionRun:
             if any(self._commits_first(call) for call in calls):
                 from app.runtime.delegation import open_children
 
-                # The children this response starts are stored with it, in one write.
+                # The children this response starts are stored with it, in one write. Local
+                # children need not wait for it to land: their own writes follow it in the
+                # stream's order. A remote child or the client must not hear of a call that a
+                # crash could still take back.
                 self.opened = open_children(self, calls)
                 extra = WriteBatch()
                 for child in self.opened.values():
                     child.add_to(extra)
-                await self._commit([assistant], extra=extra)
+                local = all(
+                    isinstance(self.agent.tool_map.get(call.name), SubAgentTool)
+                    or not self._commits_first(call)
+                    for call in calls
+                )
+                await self._commit([assistant], extra=extra, wait=not local)
             else:
                 self._held = assistant
             return None
@@ -385,18 +393,23 @@ class SessionRun:
         )
 
     async def _commit(
-        self, messages: Sequence[Message], *, extra: WriteBatch | None = None
+        self, messages: Sequence[Message], *, extra: WriteBatch | None = None, wait: bool = True
     ) -> None:
+        """Commit the step. With `wait`, return once it has landed (the next step starts on a
+        durable one); without, once the store has taken it (a failure fails the stream's later
+        writes, so nothing that builds on it can land)."""
         messages = self._with_held(messages)
         record = self._next_record(self._step)
         batch = extra or WriteBatch()
         batch.updated_sessions.append(record)
         batch.messages.extend(self._appends(messages))
-        self._committing = True
-        try:
-            await self.writer.commit(batch)
-        finally:
-            self._committing = False
+        landed = self.writer.submit(batch)
+        if wait:
+            self._committing = True
+            try:
+                await landed
+            finally:
+                self._committing = False
         self.record = record
         self.messages.extend(messages)
         self._turn += sum(1 for message in messages if isinstance(message, AssistantMessage))
@@ -430,7 +443,11 @@ class SessionRun:
             batch.refs.append(RefUpsert(self.parent.session_id, self.ref))
         if self.record.is_root:
             batch.streams.append(StreamUpdate(self.record.stream_id, outcome.status))
-        await self.writer.commit(batch)
+        landed = self.writer.submit(batch)
+        # A child's parent goes on once the end is taken: its own next commit follows it. A
+        # root's end is what its caller waits for, so it must have landed.
+        if self.record.is_root:
+            await landed
         self.record = record
         self.messages.extend(messages)
         return outcome

@@ -9,6 +9,7 @@ have their own methods because other processes touch them concurrently with the 
 from __future__ import annotations
 
 import abc
+import asyncio
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -130,6 +131,17 @@ class WriteBatch:
     streams: list[StreamUpdate] = field(default_factory=list)
     """Upserted: a stream row is created by its first update."""
 
+    def stream_ids(self) -> frozenset[str]:
+        """The streams the batch writes to: its chunks', its sessions' and its updates'."""
+        return frozenset(
+            (
+                *(append.stream_id for append in self.chunks),
+                *(record.stream_id for record in self.new_sessions),
+                *(record.stream_id for record in self.updated_sessions),
+                *(update.stream_id for update in self.streams),
+            )
+        )
+
     def is_empty(self) -> bool:
         """Whether the batch changes nothing."""
         return not (
@@ -245,13 +257,19 @@ class StateStore(abc.ABC):
 
     # -- writes --------------------------------------------------------------------------------
 
-    @abc.abstractmethod
     async def commit(self, batch: WriteBatch) -> None:
-        """Apply `batch` atomically: all of it or, on any error, none of it.
+        """Apply `batch` atomically: all of it or, on any error, none of it."""
+        await self.submit(batch)
 
-        Concurrent commits that write to one stream (its chunks, its sessions, its status) are
-        applied in the order they were called, so a writer may commit again before its last
-        commit has landed; commits of unrelated streams may land in any order.
+    @abc.abstractmethod
+    def submit(self, batch: WriteBatch) -> asyncio.Future[None]:
+        """Take `batch` for an atomic commit now, and return the future of its outcome: done
+        once it has landed, or failed with the error that refused it (it then changed nothing).
+
+        Batches that write to one stream (`WriteBatch.stream_ids`) are applied in the order
+        they were submitted, so a writer may submit again before its last batch has landed;
+        when one fails, those of its streams already submitted after it fail too. Batches of
+        unrelated streams may land in any order. Raises `StoreClosedError` when closed.
         """
 
     # -- sessions ------------------------------------------------------------------------------

@@ -10,7 +10,12 @@ import contextlib
 import dataclasses
 from collections.abc import AsyncIterator, Sequence
 
-from app.errors import SessionExistsError, SessionNotFoundError, StreamNotFoundError
+from app.errors import (
+    AgentServerError,
+    SessionExistsError,
+    SessionNotFoundError,
+    StreamNotFoundError,
+)
 from app.protocol import (
     STOPPED_STATUSES,
     Chunk,
@@ -62,10 +67,20 @@ class MemoryStore(StateStore):
         self._flags: dict[str, InterruptFlag] = {}
         self._streams: dict[str, _Stream] = {}
 
-    async def commit(self, batch: WriteBatch) -> None:
-        """Validate the whole batch first, then apply it: all or nothing."""
+    def submit(self, batch: WriteBatch) -> asyncio.Future[None]:
+        """Validate the whole batch, then apply it at once: all or nothing."""
         self._check_open()
-        self._validate(batch)
+        outcome: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        try:
+            self._validate(batch)
+        except AgentServerError as exc:
+            outcome.set_exception(exc)
+            return outcome
+        self._apply(batch)
+        outcome.set_result(None)
+        return outcome
+
+    def _apply(self, batch: WriteBatch) -> None:
         now = now_ms()
         for record in batch.new_sessions:
             self._sessions[record.session_id] = record

@@ -249,8 +249,11 @@ async def test_a_run_abandoned_by_its_process_is_taken_over() -> None:
 class SlowCommitStore(MemoryStore):
     """Applies a commit at once, then takes a while to answer, as a networked store does."""
 
-    async def commit(self, batch: WriteBatch) -> None:
-        await super().commit(batch)
+    def submit(self, batch: WriteBatch) -> asyncio.Future[None]:
+        return asyncio.ensure_future(self._answer_late(super().submit(batch)))
+
+    async def _answer_late(self, applied: asyncio.Future[None]) -> None:
+        await applied
         await asyncio.sleep(0.003)
 
 

@@ -9,7 +9,7 @@ from typing import Literal
 
 import pytest
 
-from app.errors import SessionExistsError, SessionNotFoundError, StoreClosedError
+from app.errors import SessionExistsError, SessionNotFoundError, StoreClosedError, StoreError
 from app.protocol import SubSessionRef, TextDeltaChunk, UserMessage
 from app.store import (
     ChunkAppend,
@@ -141,12 +141,33 @@ async def test_an_update_before_its_session_is_created_fails_even_when_grouped(
 ) -> None:
     outcomes = await asyncio.gather(
         sql_store.commit(WriteBatch(updated_sessions=[session("later", step_count=1)])),
-        sql_store.commit(WriteBatch(new_sessions=[session("later")])),
+        sql_store.commit(WriteBatch(new_sessions=[session("other")])),
         return_exceptions=True,
     )
     assert isinstance(outcomes[0], SessionNotFoundError)
     assert outcomes[1] is None
-    assert (await sql_store.get_session("later")).step_count == 0
+    assert (await sql_store.get_session("other")).step_count == 0
+
+
+async def test_a_failed_batch_fails_the_batches_of_its_stream_submitted_after_it(
+    sql_store: SqlStore,
+) -> None:
+    updated = session("chain", step_count=1)
+    outcomes = await asyncio.gather(
+        sql_store.submit(WriteBatch(updated_sessions=[updated])),
+        sql_store.submit(WriteBatch(new_sessions=[session("chain")])),
+        sql_store.submit(WriteBatch(new_sessions=[session("elsewhere")])),
+        return_exceptions=True,
+    )
+    assert isinstance(outcomes[0], SessionNotFoundError)
+    assert isinstance(outcomes[1], StoreError)
+    assert "An earlier write of stream 'chain' failed" in str(outcomes[1])
+    assert outcomes[2] is None
+    with pytest.raises(SessionNotFoundError):
+        await sql_store.get_session("chain")
+    # Once the failure is known, the stream takes new writes.
+    await sql_store.commit(WriteBatch(new_sessions=[session("chain")]))
+    assert (await sql_store.get_session("chain")).step_count == 0
 
 
 async def test_a_group_applies_its_batches_net_effect_as_if_one_after_another(

@@ -9,7 +9,7 @@ import pytest
 
 from app.protocol import SubSessionRef
 from app.store import RefUpsert, StreamUpdate, WriteBatch
-from app.store.sql.lanes import WriteLanes, batch_streams
+from app.store.sql.lanes import WriteLanes
 from tests.store.test_group_commit import session
 
 
@@ -61,8 +61,8 @@ def test_a_batch_names_the_streams_it_writes() -> None:
         updated_sessions=[session("b")],
         streams=[StreamUpdate("c", "running")],
     )
-    assert batch_streams(batch) == {"a", "b", "c"}
-    assert batch_streams(ref_only("x")) == frozenset()
+    assert batch.stream_ids() == {"a", "b", "c"}
+    assert ref_only("x").stream_ids() == frozenset()
 
 
 async def test_unrelated_streams_commit_at_once_and_each_keeps_its_order() -> None:
@@ -92,10 +92,10 @@ async def test_a_batch_naming_no_stream_overtakes_nothing_and_is_not_overtaken()
     lanes = WriteLanes(database.apply, count=3)
     lanes.start()
     database.gate.clear()
-    before = [asyncio.create_task(lanes.submit(step(f"s{n}", 1))) for n in range(3)]
+    before = [asyncio.ensure_future(lanes.submit(step(f"s{n}", 1))) for n in range(3)]
     await asyncio.sleep(0.01)
-    barrier = asyncio.create_task(lanes.submit(ref_only("barrier")))
-    after = [asyncio.create_task(lanes.submit(step(f"s{n}", 2))) for n in range(3)]
+    barrier = asyncio.ensure_future(lanes.submit(ref_only("barrier")))
+    after = [asyncio.ensure_future(lanes.submit(step(f"s{n}", 2))) for n in range(3)]
     await asyncio.sleep(0.01)
     database.gate.set()
     await asyncio.gather(*before, barrier, *after)
@@ -114,11 +114,11 @@ async def test_a_batch_of_streams_held_by_two_lanes_waits_for_both() -> None:
     lanes = WriteLanes(database.apply, count=2)
     lanes.start()
     database.gate.clear()
-    first = [asyncio.create_task(lanes.submit(step(name, 1))) for name in ("x", "y")]
+    first = [asyncio.ensure_future(lanes.submit(step(name, 1))) for name in ("x", "y")]
     await asyncio.sleep(0.01)
     both = WriteBatch(streams=[StreamUpdate("x", "completed"), StreamUpdate("y", "completed")])
-    joined = asyncio.create_task(lanes.submit(both))
-    later = asyncio.create_task(lanes.submit(step("x", 2)))
+    joined = asyncio.ensure_future(lanes.submit(both))
+    later = asyncio.ensure_future(lanes.submit(step("x", 2)))
     await asyncio.sleep(0.01)
     database.gate.set()
     await asyncio.gather(*first, joined, later)
@@ -131,10 +131,10 @@ async def test_a_caller_cancelled_while_blocked_or_queued_withdraws_its_batch() 
     lanes = WriteLanes(database.apply, count=2)
     lanes.start()
     database.gate.clear()
-    first = asyncio.create_task(lanes.submit(step("s", 1)))
+    first = asyncio.ensure_future(lanes.submit(step("s", 1)))
     await asyncio.sleep(0.01)
-    queued = asyncio.create_task(lanes.submit(step("s", 2)))
-    blocked = asyncio.create_task(lanes.submit(ref_only("blocked")))
+    queued = asyncio.ensure_future(lanes.submit(step("s", 2)))
+    blocked = asyncio.ensure_future(lanes.submit(ref_only("blocked")))
     await asyncio.sleep(0.01)
     queued.cancel()
     blocked.cancel()

@@ -4,8 +4,8 @@ Callers queue their batch and await its own outcome. The writer takes the queued
 arrival order (at most `max_batches` and about `max_rows` rows) and applies them in one
 transaction, so a hundred concurrent runs cost a handful of transactions, and one stream's
 chunks land in the order they were committed. When a grouped transaction fails, each of its
-batches is applied again in a transaction of its own: only the bad batch fails, with its own
-error, and the others land.
+batches is applied again in a transaction of its own: the bad batch fails with its own error,
+the batches of its streams that follow it fail too (they may build on it), and the others land.
 """
 
 from __future__ import annotations
@@ -96,6 +96,18 @@ class GroupCommitter:
             if self._closing:
                 return
 
+    def _fail_followers(self, streams: set[str] | frozenset[str]) -> None:
+        """Fail the queued batches of streams whose earlier batch just failed: they were
+        submitted before anyone could know, and may build on it (a chunk sequence, a message
+        index, a child's record). Called as the failure is settled, so a batch submitted in
+        answer to it is not among them."""
+        if not streams:
+            return
+        for pending in list(self._queue):
+            if pending.batch.stream_ids() & streams:
+                self._queue.remove(pending)
+                _settle(pending, _after_failure(pending.batch.stream_ids() & streams))
+
     def _take(self) -> list[_Pending]:
         group: list[_Pending] = []
         rows = 0
@@ -117,13 +129,21 @@ class GroupCommitter:
         except Exception as exc:
             if len(group) == 1:
                 _settle(group[0], exc)
+                self._fail_followers(group[0].batch.stream_ids())
                 return
             logger.debug("A group of %d batches failed; applying them one by one", len(group))
+            failed: set[str] = set()
             for pending in group:
+                streams = pending.batch.stream_ids()
+                if streams & failed:
+                    _settle(pending, _after_failure(streams & failed))
+                    continue
                 try:
                     await self._apply([pending.batch])
                 except Exception as single:
+                    failed |= streams
                     _settle(pending, single)
+                    self._fail_followers(streams)
                 else:
                     self.groups += 1
                     _settle(pending, None)
@@ -135,6 +155,13 @@ class GroupCommitter:
         self.groups += 1
         for pending in group:
             _settle(pending, None)
+
+
+def _after_failure(streams: set[str] | frozenset[str]) -> StoreError:
+    return StoreError(
+        f"An earlier write of stream {min(streams)!r} failed, so this one, which follows it, "
+        "was not applied"
+    )
 
 
 def _settle(pending: _Pending, error: Exception | None) -> None:

@@ -23,18 +23,6 @@ from app.store.base import WriteBatch
 from app.store.sql.group_commit import Apply, GroupCommitter
 
 
-def batch_streams(batch: WriteBatch) -> frozenset[str]:
-    """The streams a batch writes to: its chunks', its sessions' and its stream updates'."""
-    return frozenset(
-        (
-            *(append.stream_id for append in batch.chunks),
-            *(record.stream_id for record in batch.new_sessions),
-            *(record.stream_id for record in batch.updated_sessions),
-            *(update.stream_id for update in batch.streams),
-        )
-    )
-
-
 @dataclass(slots=True)
 class _Entry:
     batch: WriteBatch
@@ -79,20 +67,23 @@ class WriteLanes:
         for lane in self._lanes:
             await lane.close()
 
-    async def submit(self, batch: WriteBatch) -> None:
-        """Queue `batch` in a lane and wait until it is committed; raises what its own
-        transaction raised. A caller cancelled before its batch is taken withdraws it."""
-        entry = _Entry(batch, batch_streams(batch), asyncio.get_running_loop().create_future())
+    def submit(self, batch: WriteBatch) -> asyncio.Future[None]:
+        """Take `batch` now; the future resolves once it is committed, or fails with what its
+        own transaction raised. Cancelling the future withdraws the batch unless a lane's
+        writer has already taken it."""
+        entry = _Entry(batch, batch.stream_ids(), asyncio.get_running_loop().create_future())
+        entry.outcome.add_done_callback(functools.partial(self._withdraw, entry))
         self._blocked.append(entry)
         self._dispatch()
-        try:
-            await entry.outcome
-        except asyncio.CancelledError:
-            if entry.queued is not None:
-                self._lanes[entry.lane].withdraw(entry.queued)
-            elif entry in self._blocked:
-                self._blocked.remove(entry)
-            raise
+        return entry.outcome
+
+    def _withdraw(self, entry: _Entry, outcome: asyncio.Future[None]) -> None:
+        if not outcome.cancelled():
+            return
+        if entry.queued is not None:
+            self._lanes[entry.lane].withdraw(entry.queued)
+        elif entry in self._blocked:
+            self._blocked.remove(entry)
 
     def _dispatch(self) -> None:
         """Queue blocked batches in lanes, oldest first, as long as the oldest can go."""

@@ -167,12 +167,15 @@ class SqlStore(StateStore):
 
     # -- writes --------------------------------------------------------------------------------
 
-    async def commit(self, batch: WriteBatch) -> None:
-        """Apply `batch` atomically, grouped with concurrent commits into one transaction."""
+    def submit(self, batch: WriteBatch) -> asyncio.Future[None]:
+        """Take `batch` for an atomic commit, grouped with concurrent ones into one
+        transaction of its streams' write lane."""
         self._check_open()
         if batch.is_empty():
-            return
-        await self._committer.submit(batch)
+            landed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            landed.set_result(None)
+            return landed
+        return self._committer.submit(batch)
 
     async def _apply(self, batches: Sequence[WriteBatch]) -> None:
         with translate_errors("commit", conflict=CONFLICT):
