@@ -40,14 +40,7 @@ from app.store.sql.engines import (
 )
 from app.store.sql.lanes import WriteLanes
 from app.store.sql.migrate import upgrade
-from app.store.sql.notify import (
-    PgListener,
-    Poller,
-    Progress,
-    SharedReads,
-    StreamWaiters,
-    WaitersWatch,
-)
+from app.store.sql.notify import PgListener, Poller
 from app.store.sql.queries import INTERRUPT_CHANNEL, queries_for
 from app.store.sql.rows import (
     chunk_from_body,
@@ -55,6 +48,7 @@ from app.store.sql.rows import (
     ref_from_row,
     session_from_row,
 )
+from app.store.sql.watch import Progress, SharedReads, StreamWaiters, WaitersWatch
 from app.store.sql.writes import BatchWriter
 
 logger = logging.getLogger(__name__)
