@@ -10,7 +10,7 @@ import asyncpg  # type: ignore[import-untyped]
 import pytest
 from sqlalchemy.engine import make_url
 
-from app.errors import StoreError, StreamNotFoundError
+from app.errors import SessionExistsError, StoreError, StreamNotFoundError
 from app.protocol import TextDeltaChunk
 from app.store import ChunkAppend, StreamUpdate, WriteBatch
 from app.store.base import StreamPage
@@ -211,3 +211,30 @@ async def terminate_connections(sql_url: str) -> None:
         )
     finally:
         await connection.close()
+
+
+async def test_two_instances_racing_on_one_stream_never_both_land(
+    pair: tuple[SqlStore, SqlStore],
+) -> None:
+    # Each write checks the stream is where it expects, then writes; the loser of a race (both
+    # checked before either wrote) fails on the chunk's key, writing nothing.
+    first, second = pair
+    for sequence in range(1, 21):
+        outcomes = await asyncio.gather(
+            *(
+                store.commit(
+                    WriteBatch(
+                        chunks=[ChunkAppend("raced", [delta("raced", sequence)])],
+                        streams=[StreamUpdate("raced", "running")],
+                    )
+                )
+                for store in (first, second)
+            ),
+            return_exceptions=True,
+        )
+        landed = [outcome for outcome in outcomes if outcome is None]
+        assert len(landed) == 1, outcomes
+        assert all(isinstance(o, SessionExistsError) for o in outcomes if o is not None)
+    chunks = await second.read_chunks("raced")
+    assert [chunk.sequence for chunk in chunks] == list(range(1, 21))
+    assert (await first.get_stream("raced")).last_sequence == 20

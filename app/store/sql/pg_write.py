@@ -1,12 +1,13 @@
-"""PostgreSQL: a whole group's writes as one statement, so a step costs one round trip to write.
+"""PostgreSQL: a whole group's writes as one statement, so a group costs one round trip.
 
 Each table's rows travel as one JSON parameter, unpacked by `json_to_recordset` (one text value
 to encode, where an array per column cost the driver a type check per element), each table's
-write is a data-modifying CTE, and the main query sends the notifications. The CTEs share one
-snapshot and must not touch a row twice, so the plan handed to it is net: a session created and
-updated in one group is inserted once, refs and streams appear once each, and stream statuses
-(which touch the streams the sequence upsert touches) and cleared conversations are separate
-statements.
+write is a data-modifying CTE, and the main query sends the notifications. Guarded, a first CTE
+checks what the group expects of the database and every write depends on it, so the statement
+writes all or nothing by itself. The CTEs share one snapshot and must not touch a row twice, so
+the plan handed to it is net: a session created and updated in one group is inserted once, refs
+appear once, a stream appears once (in the status part when its status changes), and cleared
+conversations are a statement of their own, before it.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ WRITE_COLUMNS: dict[str, tuple[str, ...]] = {
     "r_": REF_COLUMNS,
     "c_": tuple(column.name for column in chunks.columns),
     "a_": ("stream_id", "last_sequence"),
+    "s_": ("stream_id", "last_sequence", "status", "stopped_at"),
 }
 """Each part's parameter prefix and the row keys it takes."""
 
@@ -58,15 +60,38 @@ def _value(table: Table, name: str) -> str:
     return f"v.{_q(name)}{cast}"
 
 
-PARTS = ("n_", "u_", "m_", "r_", "c_", "a_")
+PARTS = ("n_", "u_", "m_", "r_", "c_", "a_", "s_")
 """The statement's parts, by parameter prefix: new and updated sessions, messages, refs, chunks,
-advanced streams."""
+streams that only advanced, streams whose status changed (and maybe advanced)."""
+
+GUARD = """guard AS (SELECT
+    NOT EXISTS (SELECT 1 FROM sessions WHERE session_id = ANY(:g_new))
+    AND NOT EXISTS (SELECT 1 FROM sessions WHERE idempotency_key = ANY(:g_keys))
+    AND (SELECT count(*) FROM sessions WHERE session_id = ANY(:g_updated))
+        = cardinality(:g_updated)
+    AND NOT EXISTS (
+        SELECT 1 FROM json_to_recordset(CAST(:g_messages AS json)) AS e(session_id text, idx int)
+        WHERE e.idx <> COALESCE(
+            (SELECT MAX(m.idx) + 1 FROM messages AS m WHERE m.session_id = e.session_id), 0))
+    AND NOT EXISTS (
+        SELECT 1 FROM json_to_recordset(CAST(:g_streams AS json)) AS e(stream_id text, last bigint)
+        WHERE e.last <> COALESCE(
+            (SELECT s.last_sequence FROM streams AS s WHERE s.stream_id = e.stream_id), 0))
+    AS ok)"""
+"""What a group expects of the database: its new sessions and keys absent, the sessions it
+updates present, each conversation and stream continuing where the group's first message and
+chunk say. Every write below happens only if it holds."""
+
+GUARD_ARRAYS = ("g_new", "g_keys", "g_updated")
+GUARD_JSON = ("g_messages", "g_streams")
 
 
-def build_write_all(parts: frozenset[str]) -> TextClause:
+def build_write_all(parts: frozenset[str], *, guarded: bool = False) -> TextClause:
     """The statement writing `parts`; parameters are `<prefix>rows` (a JSON array of row
-    objects), `channel` and `payloads` (the notifications). Parts a group does not need are left
-    out."""
+    objects), `channel` and `payloads` (the notifications), and with `guarded` the `g_`
+    expectations of `GUARD`. It returns one row: whether it wrote (always, unguarded). Parts a
+    group does not need are left out."""
+    when = "(SELECT ok FROM guard)" if guarded else "true"
 
     def listed(names: tuple[str, ...]) -> str:
         return ", ".join(_q(name) for name in names)
@@ -74,12 +99,12 @@ def build_write_all(parts: frozenset[str]) -> TextClause:
     def values(table: Table, names: tuple[str, ...]) -> str:
         return ", ".join(_value(table, name) for name in names)
 
-    ctes: list[str] = []
+    ctes: list[str] = [GUARD] if guarded else []
     if "n_" in parts:
         names = WRITE_COLUMNS["n_"]
         ctes.append(f"""new_sessions AS (
     INSERT INTO sessions ({listed(names)})
-    SELECT {values(sessions, names)} FROM {_rows("n_", sessions, names)})""")
+    SELECT {values(sessions, names)} FROM {_rows("n_", sessions, names)} WHERE {when})""")
     if "u_" in parts:
         names = WRITE_COLUMNS["u_"]
         assigned = ", ".join(f"{_q(n)} = {_value(sessions, n)}" for n in UPDATED_COLUMNS)
@@ -88,12 +113,12 @@ def build_write_all(parts: frozenset[str]) -> TextClause:
         "owner_id" = CASE WHEN v.status = 'running' THEN sessions.owner_id END,
         "lease_expires_at" = CASE WHEN v.status = 'running' THEN sessions.lease_expires_at END
     FROM {_rows("u_", sessions, names)}
-    WHERE sessions.session_id = v.session_id)""")
+    WHERE sessions.session_id = v.session_id AND {when})""")
     if "m_" in parts:
         names = WRITE_COLUMNS["m_"]
         ctes.append(f"""new_messages AS (
     INSERT INTO messages ({listed(names)})
-    SELECT {values(messages, names)} FROM {_rows("m_", messages, names)})""")
+    SELECT {values(messages, names)} FROM {_rows("m_", messages, names)} WHERE {when})""")
     if "r_" in parts:
         rest = tuple(name for name in REF_COLUMNS if name != "parent_session_id")
         updated = ", ".join(f"{_q(n)} = excluded.{_q(n)}" for n in rest if n != "sub_session_id")
@@ -105,21 +130,39 @@ def build_write_all(parts: frozenset[str]) -> TextClause:
         {values(sub_session_refs, rest)}
     FROM ROWS FROM ({_rows("r_", sub_session_refs, REF_COLUMNS, alias="")})
         WITH ORDINALITY AS v({listed(REF_COLUMNS)}, ordinal)
+    WHERE {when}
     ON CONFLICT (parent_session_id, sub_session_id) DO UPDATE SET {updated})""")
     if "c_" in parts:
         names = WRITE_COLUMNS["c_"]
         ctes.append(f"""new_chunks AS (
     INSERT INTO chunks ({listed(names)})
-    SELECT {values(chunks, names)} FROM {_rows("c_", chunks, names)})""")
+    SELECT {values(chunks, names)} FROM {_rows("c_", chunks, names)} WHERE {when})""")
     if "a_" in parts:
         ctes.append(f"""advanced_streams AS (
     INSERT INTO streams ("stream_id", "last_sequence", "status")
     SELECT v.stream_id, v.last_sequence, 'running'
-    FROM {_rows("a_", streams, WRITE_COLUMNS["a_"])}
+    FROM {_rows("a_", streams, WRITE_COLUMNS["a_"])} WHERE {when}
     ON CONFLICT (stream_id) DO UPDATE SET last_sequence = excluded.last_sequence)""")
-    notify = "SELECT count(pg_notify(:channel, payload)) FROM unnest(:payloads) AS payload"
-    binds = [bindparam(prefix + "rows", type_=streams.c.stream_id.type) for prefix in sorted(parts)]
-    binds.append(bindparam("channel", type_=streams.c.stream_id.type))
-    binds.append(bindparam("payloads", type_=postgresql.ARRAY(streams.c.stream_id.type)))
+    if "s_" in parts:
+        # A status row may also advance the stream (a run's last chunks and its end); one that
+        # does not carries no sequence, and sequences only grow.
+        ctes.append(f"""stream_statuses AS (
+    INSERT INTO streams ("stream_id", "last_sequence", "status", "stopped_at")
+    SELECT v.stream_id, COALESCE(v.last_sequence, 0), v.status, v.stopped_at
+    FROM {_rows("s_", streams, WRITE_COLUMNS["s_"])} WHERE {when}
+    ON CONFLICT (stream_id) DO UPDATE SET
+        last_sequence = GREATEST(streams.last_sequence, excluded.last_sequence),
+        status = excluded.status, stopped_at = excluded.stopped_at)""")
+    notify = (
+        f"SELECT {when} AS wrote, (SELECT count(pg_notify(:channel, payload)) "
+        f"FROM unnest(:payloads) AS payload WHERE {when}) AS notified"
+    )
+    text_type = streams.c.stream_id.type
+    binds = [bindparam(prefix + "rows", type_=text_type) for prefix in sorted(parts)]
+    binds.append(bindparam("channel", type_=text_type))
+    binds.append(bindparam("payloads", type_=postgresql.ARRAY(text_type)))
+    if guarded:
+        binds.extend(bindparam(name, type_=postgresql.ARRAY(text_type)) for name in GUARD_ARRAYS)
+        binds.extend(bindparam(name, type_=text_type) for name in GUARD_JSON)
     sql = f"WITH {', '.join(ctes)} {notify}" if ctes else notify
     return text(sql).bindparams(*binds)

@@ -179,7 +179,7 @@ class Queries:
         self.insert_chunks = driver(_insert(chunks))
         self.upsert_stream_status = driver(upsert(streams, ("stream_id",), last_sequence="0"))
         self._dialect = dialect
-        self._writes: dict[frozenset[str], DriverSql] = {}
+        self._writes: dict[tuple[frozenset[str], bool], DriverSql] = {}
         self.notify = driver(
             text(
                 "SELECT pg_notify(:channel, payload) FROM unnest(:payloads) AS payload"
@@ -302,11 +302,13 @@ class Queries:
             )
         )
 
-    def write_all(self, parts: frozenset[str]) -> DriverSql:
+    def write_all(self, parts: frozenset[str], *, guarded: bool) -> DriverSql:
         """PostgreSQL: the one statement writing a group's `parts` (see `pg_write`)."""
-        statement = self._writes.get(parts)
+        key = (parts, guarded)
+        statement = self._writes.get(key)
         if statement is None:
-            statement = self._writes[parts] = compile_for(build_write_all(parts), self._dialect)
+            built = build_write_all(parts, guarded=guarded)
+            statement = self._writes[key] = compile_for(built, self._dialect)
         return statement
 
     def ids(self, values: Iterable[str | None]) -> list[str] | str:

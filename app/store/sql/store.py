@@ -172,9 +172,17 @@ class SqlStore(StateStore):
         return self._committer.submit(batch)
 
     async def _apply(self, batches: Sequence[WriteBatch]) -> None:
+        now = now_ms()
         with translate_errors("commit", conflict=CONFLICT):
-            async with self._connections.acquire() as conn, conn.transaction():
-                touched = await self._writer.apply(conn, batches, now=now_ms())
+            async with self._connections.acquire() as conn:
+                # PostgreSQL writes a group as the database is expected to be in one statement;
+                # when it is not (or on SQLite), a transaction checks first, and says what broke.
+                touched = None
+                if self.backend == "postgresql":
+                    touched = await self._writer.apply_at_once(conn, batches, now=now)
+                if touched is None:
+                    async with conn.transaction():
+                        touched = await self._writer.apply(conn, batches, now=now)
         self._waiters.wake(touched)
 
     # -- sessions ------------------------------------------------------------------------------

@@ -1,16 +1,21 @@
-"""Applies write batches inside one open transaction, with the contract's conflict rules.
+"""Applies write batches with the contract's conflict rules.
 
-Several batches are applied together as if one after another. One query first reads everything
-the rules depend on (which sessions and keys exist, each session's next message index, each
-stream's last sequence), under a lock that keeps it true until the commit: a SQLite writer holds
-the database's write lock from `BEGIN IMMEDIATE`, and on PostgreSQL the streams' rows are read
-`FOR UPDATE`. The rules are then checked in Python, in the in-memory store's order, and the
-group's net effect is planned (a session created and updated in one group is inserted once in
-its final form). Unique keys remain the last line of defence against another process's writer.
+Several batches are applied together as if one after another, and their net effect is planned
+(a session created and updated in one group is inserted once in its final form).
 
-PostgreSQL then writes the plan in one statement of data-modifying CTEs over one JSON record
-set per table, with the notifications, so a runtime step costs four round trips (BEGIN, check,
-write, COMMIT). SQLite, in-process, runs one executemany per table.
+On PostgreSQL a group is first written by one statement in a transaction of its own, guarded by
+what the batches themselves expect (`apply_at_once`): their new sessions absent, the sessions
+they update present, each conversation and stream continuing at their first message and chunk.
+That is one round trip. Unique keys settle a race with another process's writer: the loser's
+statement fails whole.
+
+When the guard does not hold, or on SQLite, `apply` runs in a transaction: one query reads
+everything the rules depend on (which sessions and keys exist, each session's next message
+index, each stream's last sequence), under a lock that keeps it true until the commit (a SQLite
+writer holds the database's write lock from `BEGIN IMMEDIATE`; PostgreSQL reads the streams'
+rows `FOR UPDATE`), the rules are checked in Python in the in-memory store's order, so the error
+names what broke, and the plan is written: by the same statement, unguarded, on PostgreSQL, by
+one executemany per table on SQLite.
 """
 
 from __future__ import annotations
@@ -86,6 +91,10 @@ class _Plan:
     advanced: dict[str, int] = field(default_factory=dict)
     statuses: dict[str, dict[str, Any]] = field(default_factory=dict)
 
+    def touched(self) -> set[str]:
+        """The streams the plan advances or changes the status of."""
+        return set(self.advanced) | set(self.statuses)
+
     def payloads(self, origin: str) -> list[str]:
         """The stream notifications the group sends."""
         touched: dict[str, tuple[int | str, str]] = {
@@ -97,6 +106,44 @@ class _Plan:
             stream_change_payload(origin, stream_id, sequence, status)
             for stream_id, (sequence, status) in sorted(touched.items())
         ]
+
+
+def _expectations(batches: Sequence[WriteBatch]) -> tuple[_Known, dict[str, Any]]:
+    """What `batches` take the database to hold, as the planner's knowledge (under which they
+    are consistent among themselves) and as the statement's guard parameters (`pg_write.GUARD`),
+    which check it: every session they create absent, every other one they update present, and
+    each conversation and stream continuing at their first message and chunk."""
+    created: set[str] = set()
+    updated: list[str] = []
+    keys: list[str] = []
+    expected = _Known(())
+    for batch in batches:
+        for record in batch.new_sessions:
+            created.add(record.session_id)
+            if record.idempotency_key is not None:
+                keys.append(record.idempotency_key)
+        for record in batch.updated_sessions:
+            if record.session_id not in created:
+                updated.append(record.session_id)
+        for append in batch.messages:
+            expected.next_message.setdefault(append.session_id, append.index)
+        for chunk_append in batch.chunks:
+            if chunk_append.chunks:
+                first = chunk_append.chunks[0].sequence - 1
+                expected.last_sequence.setdefault(chunk_append.stream_id, first)
+    expected.sessions = set(updated)
+    guard = {
+        "g_new": sorted(created),
+        "g_keys": keys,
+        "g_updated": sorted(set(updated)),
+        "g_messages": pydantic_core.to_json(
+            [{"session_id": s, "idx": i} for s, i in expected.next_message.items()]
+        ).decode(),
+        "g_streams": pydantic_core.to_json(
+            [{"stream_id": s, "last": n} for s, n in expected.last_sequence.items()]
+        ).decode(),
+    }
+    return expected, guard
 
 
 class BatchWriter:
@@ -128,7 +175,28 @@ class BatchWriter:
                 "streams": q.ids(streams),
             }
             rows = await conn.fetch(q.check, check)
-        known = _Known(rows)
+        plan = self._plan(batches, _Known(rows), now)
+        if q.backend == "postgresql":
+            await self._write_postgres(conn, plan, None)
+        else:
+            await self._write_sqlite(conn, plan)
+        return plan.touched()
+
+    async def apply_at_once(
+        self, conn: RawConnection, batches: Sequence[WriteBatch], *, now: int
+    ) -> set[str] | None:
+        """PostgreSQL, outside a transaction: write `batches` in one statement that first checks
+        the database is as they expect (one round trip in all); returns the streams touched, or
+        None when it wrote nothing: the database differs from what they expect, or they clear a
+        conversation. `apply` in a transaction then writes them or says which rule they break.
+        """
+        if any(batch.cleared_messages for batch in batches):
+            return None
+        expected, guard = _expectations(batches)
+        plan = self._plan(batches, expected, now)
+        return plan.touched() if await self._write_postgres(conn, plan, guard) else None
+
+    def _plan(self, batches: Sequence[WriteBatch], known: _Known, now: int) -> _Plan:
         plan = _Plan()
         self._plan_sessions(batches, known, plan)
         self._plan_messages(batches, known, plan)
@@ -146,20 +214,29 @@ class BatchWriter:
                     "status": update.status,
                     "stopped_at": now if update.status in STOPPED_STATUSES else None,
                 }
-        if q.backend == "postgresql":
-            await self._write_postgres(conn, plan)
-        else:
-            await self._write_sqlite(conn, plan)
-        return set(plan.advanced) | set(plan.statuses)
+        return plan
 
-    async def _write_postgres(self, conn: RawConnection, plan: _Plan) -> None:
+    async def _write_postgres(
+        self, conn: RawConnection, plan: _Plan, guard: dict[str, Any] | None
+    ) -> bool:
+        """Write the plan in one statement (after clearing conversations); with `guard`, only
+        if the database meets it. Whether it wrote."""
         q = self._q
         if plan.cleared:
             await conn.execute(q.clear_messages, {"ids": q.ids(sorted(plan.cleared))})
-        advanced = [{"stream_id": s, "last_sequence": n} for s, n in plan.advanced.items()]
+        advanced = [
+            {"stream_id": stream_id, "last_sequence": last}
+            for stream_id, last in plan.advanced.items()
+            if stream_id not in plan.statuses
+        ]
+        statuses = [
+            {**row, "last_sequence": plan.advanced.get(stream_id)}
+            for stream_id, row in plan.statuses.items()
+        ]
         params: dict[str, Any] = {
             "channel": STREAM_CHANNEL,
             "payloads": plan.payloads(self._origin),
+            **(guard or {}),
         }
         parts: set[str] = set()
         for prefix, rows in (
@@ -169,14 +246,16 @@ class BatchWriter:
             ("r_", plan.refs),
             ("c_", plan.chunks),
             ("a_", advanced),
+            ("s_", statuses),
         ):
             if rows:
                 parts.add(prefix)
                 params[prefix + "rows"] = pydantic_core.to_json(rows).decode()
-        if parts or params["payloads"]:
-            await conn.fetch(q.write_all(frozenset(parts)), params)
-        if plan.statuses:
-            await conn.many(q.upsert_stream_status, list(plan.statuses.values()))
+        if not (parts or params["payloads"]):
+            return True
+        statement = q.write_all(frozenset(parts), guarded=guard is not None)
+        (wrote, _notified), *_ = await conn.fetch(statement, params)
+        return bool(wrote)
 
     async def _write_sqlite(self, conn: RawConnection, plan: _Plan) -> None:
         q = self._q
