@@ -261,18 +261,18 @@ class SessionRun:
 
                 # The children this response starts are stored with it, in one write. Local
                 # children need not wait for it to land: their own writes follow it in the
-                # stream's order. A remote child or the client must not hear of a call that a
+                # stream's order. A remote server or the client must not hear of a call that a
                 # crash could still take back.
                 self.opened = open_children(self, calls)
                 extra = WriteBatch()
                 for child in self.opened.values():
                     child.add_to(extra)
-                local = all(
-                    isinstance(self.agent.tool_map.get(call.name), SubAgentTool)
-                    or not self._commits_first(call)
+                told_outside = any(
+                    isinstance(self.agent.tool_map.get(call.name), RemoteSubAgentTool)
+                    or self._waits_for(call) is not None
                     for call in calls
                 )
-                await self._commit([assistant], extra=extra, wait=not local)
+                await self._commit([assistant], extra=extra, wait=told_outside)
             else:
                 self._held = assistant
             return None
