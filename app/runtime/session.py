@@ -396,8 +396,9 @@ class SessionRun:
         self, messages: Sequence[Message], *, extra: WriteBatch | None = None, wait: bool = True
     ) -> None:
         """Commit the step. With `wait`, return once it has landed (the next step starts on a
-        durable one); without, once the store has taken it (a failure fails the stream's later
-        writes, so nothing that builds on it can land)."""
+        durable one); without, once the store has taken it: the stream's later writes land after
+        it, and none that builds on it lands if it fails (the rules refuse them, or the store
+        fails them with it when the database did)."""
         messages = self._with_held(messages)
         record = self._next_record(self._step)
         batch = extra or WriteBatch()

@@ -267,9 +267,11 @@ class StateStore(abc.ABC):
         once it has landed, or failed with the error that refused it (it then changed nothing).
 
         Batches that write to one stream (`WriteBatch.stream_ids`) are applied in the order
-        they were submitted, so a writer may submit again before its last batch has landed;
-        when one fails, those of its streams already submitted after it fail too. Batches of
-        unrelated streams may land in any order. Raises `StoreClosedError` when closed.
+        they were submitted, so a writer may submit again before its last batch has landed.
+        When the database fails one (`StoreError`), those of its streams already submitted
+        after it fail too; one refused by a rule (a conflict, a missing session) leaves them to
+        the same rules. Batches of unrelated streams may land in any order. Raises
+        `StoreClosedError` when closed.
         """
 
     # -- sessions ------------------------------------------------------------------------------

@@ -139,35 +139,15 @@ async def test_each_failing_batch_gets_its_own_error(sql_store: SqlStore) -> Non
 async def test_an_update_before_its_session_is_created_fails_even_when_grouped(
     sql_store: SqlStore,
 ) -> None:
+    # The refused update leaves the creation that follows it on its stream to the rules.
     outcomes = await asyncio.gather(
-        sql_store.commit(WriteBatch(updated_sessions=[session("later", step_count=1)])),
-        sql_store.commit(WriteBatch(new_sessions=[session("other")])),
+        sql_store.submit(WriteBatch(updated_sessions=[session("later", step_count=1)])),
+        sql_store.submit(WriteBatch(new_sessions=[session("later")])),
         return_exceptions=True,
     )
     assert isinstance(outcomes[0], SessionNotFoundError)
     assert outcomes[1] is None
-    assert (await sql_store.get_session("other")).step_count == 0
-
-
-async def test_a_failed_batch_fails_the_batches_of_its_stream_submitted_after_it(
-    sql_store: SqlStore,
-) -> None:
-    updated = session("chain", step_count=1)
-    outcomes = await asyncio.gather(
-        sql_store.submit(WriteBatch(updated_sessions=[updated])),
-        sql_store.submit(WriteBatch(new_sessions=[session("chain")])),
-        sql_store.submit(WriteBatch(new_sessions=[session("elsewhere")])),
-        return_exceptions=True,
-    )
-    assert isinstance(outcomes[0], SessionNotFoundError)
-    assert isinstance(outcomes[1], StoreError)
-    assert "An earlier write of stream 'chain' failed" in str(outcomes[1])
-    assert outcomes[2] is None
-    with pytest.raises(SessionNotFoundError):
-        await sql_store.get_session("chain")
-    # Once the failure is known, the stream takes new writes.
-    await sql_store.commit(WriteBatch(new_sessions=[session("chain")]))
-    assert (await sql_store.get_session("chain")).step_count == 0
+    assert (await sql_store.get_session("later")).step_count == 0
 
 
 async def test_a_group_applies_its_batches_net_effect_as_if_one_after_another(
@@ -339,3 +319,45 @@ async def test_groups_are_bounded() -> None:
     await committer.close()
     assert [len(group) for group in database.groups] == [1, 4, 4, 2]
     assert database.landed == ["blocker", *(f"n{i}" for i in range(10))]
+
+
+def status_batch(stream_id: str, status: Literal["running", "failed", "completed"]) -> WriteBatch:
+    return WriteBatch(streams=[StreamUpdate(stream_id, status)])
+
+
+@pytest.mark.parametrize(
+    ("refusal", "follower_lands"),
+    [(StoreError("the database went away"), False), (SessionExistsError("it exists"), True)],
+)
+async def test_what_follows_a_failed_batch_on_its_stream(
+    refusal: Exception, follower_lands: bool
+) -> None:
+    landed: list[tuple[str, str]] = []
+    gate = asyncio.Event()
+
+    async def apply(batches: Sequence[WriteBatch]) -> None:
+        await gate.wait()
+        if any(batch.streams[0].status == "failed" for batch in batches):
+            raise refusal
+        landed.extend((batch.streams[0].stream_id, batch.streams[0].status) for batch in batches)
+
+    committer = GroupCommitter(apply)
+    committer.start()
+    first = committer.enqueue(status_batch("s", "running"))
+    await asyncio.sleep(0.01)  # taken alone: the next three make one group
+    failed = committer.enqueue(status_batch("s", "failed"))
+    follower = committer.enqueue(status_batch("s", "completed"))
+    unrelated = committer.enqueue(status_batch("t", "completed"))
+    gate.set()
+    outcomes = await asyncio.gather(first, failed, follower, unrelated, return_exceptions=True)
+    await committer.close()
+    assert outcomes[0] is None
+    assert outcomes[1] is refusal
+    assert outcomes[3] is None
+    if follower_lands:
+        assert outcomes[2] is None
+        assert landed == [("s", "running"), ("s", "completed"), ("t", "completed")]
+    else:
+        assert isinstance(outcomes[2], StoreError)
+        assert "An earlier write of stream 's' failed" in str(outcomes[2])
+        assert landed == [("s", "running"), ("t", "completed")]

@@ -4,8 +4,9 @@ Callers queue their batch and await its own outcome. The writer takes the queued
 arrival order (at most `max_batches` and about `max_rows` rows) and applies them in one
 transaction, so a hundred concurrent runs cost a handful of transactions, and one stream's
 chunks land in the order they were committed. When a grouped transaction fails, each of its
-batches is applied again in a transaction of its own: the bad batch fails with its own error,
-the batches of its streams that follow it fail too (they may build on it), and the others land.
+batches is applied again in a transaction of its own: the bad batch fails with its own error and
+the others land, except, when the database failed it (rather than a rule), the batches of its
+streams that follow it: they may build on it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,13 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from app.errors import AgentServerError, StoreClosedError, StoreError
+from app.errors import (
+    AgentServerError,
+    ConflictError,
+    NotFoundError,
+    StoreClosedError,
+    StoreError,
+)
 from app.store.base import WriteBatch
 from app.store.sql.writes import batch_size
 
@@ -129,7 +136,8 @@ class GroupCommitter:
         except Exception as exc:
             if len(group) == 1:
                 _settle(group[0], exc)
-                self._fail_followers(group[0].batch.stream_ids())
+                if _may_leave_followers_stranded(exc):
+                    self._fail_followers(group[0].batch.stream_ids())
                 return
             logger.debug("A group of %d batches failed; applying them one by one", len(group))
             failed: set[str] = set()
@@ -141,9 +149,10 @@ class GroupCommitter:
                 try:
                     await self._apply([pending.batch])
                 except Exception as single:
-                    failed |= streams
                     _settle(pending, single)
-                    self._fail_followers(streams)
+                    if _may_leave_followers_stranded(single):
+                        failed |= streams
+                        self._fail_followers(streams)
                 else:
                     self.groups += 1
                     _settle(pending, None)
@@ -155,6 +164,14 @@ class GroupCommitter:
         self.groups += 1
         for pending in group:
             _settle(pending, None)
+
+
+def _may_leave_followers_stranded(error: Exception) -> bool:
+    """Whether the batches that follow a failed one on its streams must fail too. A batch the
+    rules refused (a session exists or is missing, a message or chunk does not follow) tells of
+    a conflict the rules also judge its followers by, each on its own; another failure (the
+    database or the connection) says nothing of them, and they may build on what did not land."""
+    return not isinstance(error, ConflictError | NotFoundError)
 
 
 def _after_failure(streams: set[str] | frozenset[str]) -> StoreError:
