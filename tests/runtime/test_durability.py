@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from app import AgentRegistry, AgentRuntime, create_sub_agent_tool, define_agent, define_tool
 from app.agents import ToolContext
+from app.errors import SessionExistsError
 from app.models import Model, ModelEvent, ModelRequest, TextDelta, ToolCall, ToolCallReady
 from app.protocol import ToolMessage
 from app.store import MemoryStore, StateStore, create_store
@@ -212,3 +213,20 @@ async def test_an_interrupt_sent_to_another_process_stops_the_tree(shared_url: s
     assert latency < 2.0, latency
     assert statuses == ["interrupted"] * 4
     assert (finished.status, finished.output) == ("completed", "root turn 1")
+
+
+async def test_starting_a_running_session_again_is_refused_and_leaves_it_running(
+    opener: Any,
+) -> None:
+    # The refused start's stream is the running session's: its refusal must not take the
+    # running session's queued steps down with it.
+    calls: Counter[str] = Counter()
+    async with opener() as store, AgentRuntime(build(calls, {"worker": 0.01}), store=store) as rt:
+        handle = await rt.execute("root", "go", session_id="r")
+        for _ in range(20):
+            with pytest.raises(SessionExistsError):
+                await rt.execute("root", "again", session_id="r")
+            await asyncio.sleep(0.002)
+        result = await handle.result()
+    assert result.status == "completed"
+    assert calls == EVERY_CALL
