@@ -4,6 +4,7 @@ WORKDIR /src
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 COPY pyproject.toml README.md ./
 COPY app ./app
+COPY migrations ./migrations
 RUN python -m venv /venv && /venv/bin/pip install .
 
 FROM python:3.11-slim

@@ -22,11 +22,12 @@ from app.errors import StoreError
 from app.store.sql.engines import Backend, create_engine
 
 MIGRATIONS_CANDIDATES = (
+    Path(__file__).resolve().parent / "migrations",
     Path(__file__).resolve().parents[3] / "migrations",
     Path.cwd() / "migrations",
 )
-"""Where the Alembic script directory may be: beside the `app` package in a checkout, or in the
-working directory of an installed server (the Docker image copies it to /srv/migrations)."""
+"""Where the Alembic script directory may be: inside the installed package (the wheel ships it
+there), beside the `app` package in a checkout, or in the working directory."""
 
 
 def migrations_dir() -> Path:
