@@ -270,9 +270,9 @@ async def test_a_failed_group_is_replayed_batch_by_batch() -> None:
     committer = GroupCommitter(database.apply)
     committer.start()
     database.gate.clear()
-    first = asyncio.create_task(committer.submit(named("first")))
+    first = committer.enqueue(named("first"))
     await asyncio.sleep(0.01)
-    rest = [asyncio.create_task(committer.submit(named(n))) for n in ("a", "bad", "b")]
+    rest = [committer.enqueue(named(n)) for n in ("a", "bad", "b")]
     await asyncio.sleep(0.01)
     database.gate.set()
     await first
@@ -291,10 +291,10 @@ async def test_a_commit_cancelled_while_queued_is_withdrawn() -> None:
     committer = GroupCommitter(database.apply, max_batches=2)
     committer.start()
     database.gate.clear()
-    first = asyncio.create_task(committer.submit(named("first")))
+    first = committer.enqueue(named("first"))
     await asyncio.sleep(0.01)
-    withdrawn = asyncio.create_task(committer.submit(named("withdrawn")))
-    kept = asyncio.create_task(committer.submit(named("kept")))
+    withdrawn = committer.enqueue(named("withdrawn"))
+    kept = committer.enqueue(named("kept"))
     await asyncio.sleep(0.01)
     withdrawn.cancel()
     database.gate.set()
@@ -302,7 +302,7 @@ async def test_a_commit_cancelled_while_queued_is_withdrawn() -> None:
     await committer.close()
     assert database.landed == ["first", "kept"]
     with pytest.raises(StoreClosedError):
-        await committer.submit(named("late"))
+        committer.enqueue(named("late"))
 
 
 async def test_groups_are_bounded() -> None:
@@ -310,9 +310,9 @@ async def test_groups_are_bounded() -> None:
     committer = GroupCommitter(database.apply, max_batches=4)
     committer.start()
     database.gate.clear()
-    blocker = asyncio.create_task(committer.submit(named("blocker")))
+    blocker = committer.enqueue(named("blocker"))
     await asyncio.sleep(0.01)
-    tasks = [asyncio.create_task(committer.submit(named(f"n{i}"))) for i in range(10)]
+    tasks = [committer.enqueue(named(f"n{i}")) for i in range(10)]
     await asyncio.sleep(0.01)
     database.gate.set()
     await asyncio.gather(blocker, *tasks)

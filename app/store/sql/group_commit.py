@@ -63,10 +63,6 @@ class GroupCommitter:
         """Start the writer task."""
         self._task = asyncio.create_task(self._run(), name="sql-store-group-commit")
 
-    async def submit(self, batch: WriteBatch) -> None:
-        """Queue `batch` and wait until it is committed; raises what its own transaction raised."""
-        await self.enqueue(batch)
-
     def enqueue(self, batch: WriteBatch) -> asyncio.Future[None]:
         """Queue `batch` now; the future resolves once it is committed (cancel it to withdraw
         the batch while it is still queued)."""
