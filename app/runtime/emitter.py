@@ -147,7 +147,7 @@ class StreamWriter:
 
     def _note_failure(self, outcome: asyncio.Future[None]) -> None:
         # A failed write may have left a gap: no later write of this stream may land.
-        if not outcome.cancelled() and outcome.exception() is not None and self._failure is None:
+        if self._failure is None and not outcome.cancelled():
             self._failure = outcome.exception()
 
     async def drain(self) -> None:
