@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
+import sqlite3
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -150,3 +152,10 @@ async def test_an_unreachable_postgres_is_a_store_error() -> None:
 def test_urls_the_store_cannot_use_are_refused_at_once(url: str) -> None:
     with pytest.raises(DefinitionError):
         SqlStore(url)
+
+
+async def test_a_sqlite_store_puts_its_file_in_wal_mode(tmp_path: Path) -> None:
+    path = tmp_path / "wal.db"
+    async with create_store(f"sqlite+aiosqlite:///{path}"):
+        with contextlib.closing(sqlite3.connect(path)) as connection:
+            assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)

@@ -1,13 +1,15 @@
 """Engines for the two backends, and the one place driver errors become store errors.
 
-SQLite gets WAL, a busy timeout and `synchronous=NORMAL` on every connection, and the sqlite3
-module never begins transactions by itself: statements run in autocommit unless the store (or
+SQLite gets a busy timeout and `synchronous=NORMAL` on every connection, and WAL once per file
+(`use_wal`, before migrating: the mode stays with the file); the sqlite3 module never begins
+transactions by itself: statements run in autocommit unless the store (or
 SQLAlchemy, for migrations) begins one, with `BEGIN IMMEDIATE`, so a writer takes the database's
 write lock up front instead of failing to upgrade a read lock later.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sqlite3
 from collections.abc import Iterator
@@ -112,7 +114,6 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         try:
-            cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
             cursor.execute("PRAGMA synchronous=NORMAL")
         finally:
@@ -121,6 +122,29 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(connection: Connection) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+async def use_wal(engine: AsyncEngine) -> None:
+    """Put the engine's SQLite file in WAL mode. Replicas opening a new file together race for
+    the exclusive lock the switch takes, and SQLite may answer the loser "database is locked" at
+    once instead of through the busy timeout: the switch is retried for as long as that timeout.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    pause = 0.01
+    while True:
+        try:
+            async with engine.connect() as connection:
+                raw = (await connection.get_raw_connection()).driver_connection
+                assert raw is not None
+                cursor = await raw.execute("PRAGMA journal_mode=WAL")
+                await cursor.close()
+            return
+        except DRIVER_ERRORS as exc:
+            if "locked" not in str(exc) or loop.time() > deadline:
+                raise
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, 0.2)
 
 
 @contextlib.contextmanager

@@ -19,7 +19,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.errors import StoreError
-from app.store.sql.engines import Backend, create_engine
+from app.store.sql.engines import Backend, create_engine, use_wal
 
 MIGRATIONS_CANDIDATES = (
     Path(__file__).resolve().parent / "migrations",
@@ -71,6 +71,8 @@ def run_off_loop(url: URL, backend: Backend, work: Callable[[Connection], None])
     async def locked() -> None:
         engine = create_engine(url, backend, pooled=False)
         try:
+            if backend == "sqlite":
+                await use_wal(engine)
             await run_locked(engine, backend, work)
         finally:
             await engine.dispose()
