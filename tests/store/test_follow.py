@@ -8,6 +8,7 @@ import random
 from app.protocol import TextDeltaChunk, chunk_to_json
 from app.runtime import StreamFollower
 from app.store import ChunkAppend, StateStore, StreamUpdate, WriteBatch
+from app.store.base import StreamPage
 from app.store.sql import SqlStore
 
 
@@ -87,3 +88,73 @@ async def test_watches_at_the_same_tail_share_one_read(sql_url: str) -> None:
             after = await second.read(after=2, limit=10)
             assert after.chunks == [(3, chunk_to_json(delta(3)).decode())]
             await before
+
+
+def counting_reads(store: SqlStore) -> list[int]:
+    """Counts the page reads `store` sends to its database (one element per read)."""
+    reads: list[int] = []
+    read = store._reads._read
+
+    async def counted(stream_id: str, after: int, limit: int) -> StreamPage:
+        reads.append(after)
+        return await read(stream_id, after, limit)
+
+    store._reads._read = counted
+    return reads
+
+
+def bodies(*sequences: int) -> list[tuple[int, str]]:
+    return [(sequence, chunk_to_json(delta(sequence)).decode()) for sequence in sequences]
+
+
+async def test_a_watch_reads_what_its_own_store_committed_without_a_query(sql_url: str) -> None:
+    async with SqlStore(sql_url) as store, SqlStore(sql_url) as other:
+        await store.commit(
+            WriteBatch(
+                chunks=[ChunkAppend("s", [delta(1)])], streams=[StreamUpdate("s", "running")]
+            )
+        )
+        reads = counting_reads(store)
+        async with store.watch_stream("s") as watch:
+            assert (await watch.read(after=0, limit=10)).chunks == bodies(1)
+            await store.commit(WriteBatch(chunks=[ChunkAppend("s", [delta(2), delta(3)])]))
+            page = await watch.read(after=1, limit=10)
+            assert (page.chunks, page.last_sequence, page.status) == (bodies(2, 3), 3, "running")
+            assert (await watch.read(after=2, limit=1)).chunks == bodies(3)
+            await store.commit(
+                WriteBatch(
+                    chunks=[ChunkAppend("s", [delta(4)])], streams=[StreamUpdate("s", "completed")]
+                )
+            )
+            page = await watch.read(after=3, limit=10)
+            assert (page.chunks, page.last_sequence, page.status) == (bodies(4), 4, "completed")
+            assert reads == [0]
+            # Before what this store committed while watching: the database answers.
+            assert (await watch.read(after=0, limit=10)).chunks == bodies(1, 2, 3, 4)
+            assert reads == [0, 0]
+        stored = await other._read_page("s", 0, 10)
+        assert (stored.chunks, stored.status) == (bodies(1, 2, 3, 4), "completed")
+
+
+async def test_a_watch_reads_the_store_once_another_instance_wrote_the_stream(
+    sql_url: str,
+) -> None:
+    async with SqlStore(sql_url) as store, SqlStore(sql_url) as other:
+        await store.commit(
+            WriteBatch(
+                chunks=[ChunkAppend("s", [delta(1)])], streams=[StreamUpdate("s", "running")]
+            )
+        )
+        async with store.watch_stream("s") as watch:
+            await watch.read(after=0, limit=10)
+            await store.commit(WriteBatch(chunks=[ChunkAppend("s", [delta(2)])]))
+            assert (await watch.read(after=1, limit=10)).chunks == bodies(2)
+            # Another process takes the stream over (its lease expired, say) and goes on.
+            await other.commit(WriteBatch(chunks=[ChunkAppend("s", [delta(3)])]))
+            await asyncio.wait_for(watch.wait(10), 10)
+            page = await watch.read(after=2, limit=10)
+            assert (page.chunks, page.status) == (bodies(3), "running")
+            await other.commit(WriteBatch(streams=[StreamUpdate("s", "interrupted")]))
+            await asyncio.wait_for(watch.wait(10), 10)
+            page = await watch.read(after=3, limit=10)
+            assert (page.chunks, page.last_sequence, page.status) == ([], 3, "interrupted")

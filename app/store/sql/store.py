@@ -177,13 +177,16 @@ class SqlStore(StateStore):
             async with self._connections.acquire() as conn:
                 # PostgreSQL writes a group as the database is expected to be in one statement;
                 # when it is not (or on SQLite), a transaction checks first, and says what broke.
-                touched = None
+                plan = None
                 if self.backend == "postgresql":
-                    touched = await self._writer.apply_at_once(conn, batches, now=now)
-                if touched is None:
+                    plan = await self._writer.apply_at_once(conn, batches, now=now)
+                if plan is None:
                     async with conn.transaction():
-                        touched = await self._writer.apply(conn, batches, now=now)
-        self._waiters.wake(touched)
+                        plan = await self._writer.apply(conn, batches, now=now)
+        if self._waiters:
+            for stream_id, (chunks, status) in plan.written(self._waiters).items():
+                self._waiters.landed(stream_id, chunks, status)
+        self._waiters.wake(plan.touched())
 
     # -- sessions ------------------------------------------------------------------------------
 

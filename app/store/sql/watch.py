@@ -1,10 +1,12 @@
 """Watching streams: who waits on which stream, what they last read, and reads they share.
 
 `StreamWaiters` keeps one wake-up event per watched stream and judges each notification against
-what the watchers last read, so a change they have already seen wakes no one. `WaitersWatch` is
-the store's `StreamWatch` over it, and `SharedReads` lets followers woken together at a stream's
-live tail share one query. What wakes the waiters (in-process commits, PostgreSQL notifications,
-the poller) is in `notify`.
+what the watchers last read, so a change they have already seen wakes no one. It also keeps the
+chunks this process last committed to each watched stream (its `_Tail`), so followers at the live
+tail of a run this process writes read them without a query. `WaitersWatch` is the store's
+`StreamWatch` over it, and `SharedReads` lets followers woken together at a stream's live tail
+share one query. What wakes the waiters (in-process commits, PostgreSQL notifications, the
+poller) is in `notify`.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from app.protocol import SessionStatus
-from app.store.base import StreamPage, StreamWatch
+from app.store.base import StoredChunk, StreamPage, StreamWatch
 
 Progress = tuple[int, SessionStatus]
 """A stream's last sequence and status."""
@@ -46,6 +48,29 @@ def _newer(change: Change, seen: Progress | None) -> bool:
     )
 
 
+TAIL_CHUNKS = 2048
+"""The most chunks a stream's tail keeps: a follower further behind reads the store."""
+
+
+@dataclass(slots=True)
+class _Tail:
+    """The end of a stream as this process committed it: `chunks` are exactly the stored chunks
+    up to `last`, contiguous. `status` is the stream's status at `last`, once a commit of this
+    process set it or a read of the store confirmed it; None until then."""
+
+    chunks: list[StoredChunk]
+    last: int
+    status: SessionStatus | None
+
+    def page(self, after: int, limit: int) -> StreamPage | None:
+        """The page after `after`, if the tail holds all of it and knows the status."""
+        first = self.chunks[0][0] if self.chunks else self.last + 1
+        if self.status is None or not first - 1 <= after <= self.last:
+            return None
+        start = after - first + 1
+        return StreamPage(self.chunks[start : start + limit], self.last, self.status)
+
+
 @dataclass(slots=True)
 class _Waited:
     event: asyncio.Event = field(default_factory=asyncio.Event)
@@ -54,6 +79,9 @@ class _Waited:
     """The stream as last read by a waiter or the poller."""
     pending: list[Change] = field(default_factory=list)
     """Notifications that arrived while `known` was UNKNOWN, judged by the next read."""
+    read: Progress | None = None
+    """The furthest progress a read of the store saw (it may seed a tail's status)."""
+    tail: _Tail | None = None
 
 
 class StreamWaiters:
@@ -64,6 +92,9 @@ class StreamWaiters:
 
     def __bool__(self) -> bool:
         return bool(self._streams)
+
+    def __contains__(self, stream_id: object) -> bool:
+        return stream_id in self._streams
 
     def register(self, stream_id: str) -> None:
         """Start watching the stream: its wake-ups set its `current` event from now on."""
@@ -94,6 +125,60 @@ class StreamWaiters:
         if waited.waiters == 0:
             del self._streams[stream_id]
 
+    def landed(
+        self, stream_id: str, chunks: list[StoredChunk], status: SessionStatus | None
+    ) -> None:
+        """This process committed `chunks` to the stream (maybe none), and `status` when it
+        set one: the tail grows, or starts again from them."""
+        waited = self._streams.get(stream_id)
+        if waited is None:
+            return
+        tail = waited.tail
+        if not chunks:
+            if tail is not None and status is not None:
+                tail.status = status
+            return
+        first, last = chunks[0][0], chunks[-1][0]
+        if tail is not None and tail.last == first - 1:
+            tail.chunks.extend(chunks)
+            tail.last = last
+            if status is not None:
+                tail.status = status
+        else:
+            read = waited.read
+            if status is None and read is not None and read[0] == first - 1:
+                status = read[1]
+            tail = waited.tail = _Tail(list(chunks), last, status)
+        if len(tail.chunks) > TAIL_CHUNKS:
+            del tail.chunks[: len(tail.chunks) - TAIL_CHUNKS]
+
+    def tail_page(self, stream_id: str, after: int, limit: int) -> StreamPage | None:
+        """The page from the stream's tail, when it holds it (see `_Tail.page`)."""
+        waited = self._streams.get(stream_id)
+        if waited is None or waited.tail is None:
+            return None
+        return waited.tail.page(after, limit)
+
+    def _confirm(self, waited: _Waited, progress: Progress) -> None:
+        """A read of the store saw `progress`. One at the tail's end confirms its status; one
+        beyond it means another process wrote, and the tail no longer tells the whole stream
+        (an older one was read before this process's last commit, and tells nothing)."""
+        if waited.read is None or progress[0] >= waited.read[0]:
+            waited.read = progress
+        tail = waited.tail
+        if tail is None or progress[0] < tail.last:
+            return
+        if progress[0] == tail.last and tail.status in (None, progress[1]):
+            tail.status = progress[1]
+        else:
+            waited.tail = None
+
+    def read_from_store(self, stream_id: str, progress: Progress) -> None:
+        """A follower read the stream's progress from the store."""
+        waited = self._streams.get(stream_id)
+        if waited is not None:
+            self._confirm(waited, progress)
+
     def wake(self, stream_ids: set[str] | list[str], *, seen: Seen = UNKNOWN) -> None:
         """Wake the streams' waiters."""
         for stream_id in stream_ids:
@@ -105,7 +190,10 @@ class StreamWaiters:
                 waited.pending.clear()
 
     def wake_all(self) -> None:
-        """Wake every waiter (a reconnect or close: whatever happened meanwhile is unknown)."""
+        """Wake every waiter (a reconnect or close: whatever happened meanwhile is unknown, so
+        no tail is trusted any more)."""
+        for waited in self._streams.values():
+            waited.tail = None
         self.wake(list(self._streams))
 
     def waited(self) -> list[str]:
@@ -122,6 +210,7 @@ class StreamWaiters:
         waited = self._streams.get(stream_id)
         if waited is None:
             return
+        waited.tail = None  # another process wrote: this one's commits are not the whole stream
         if waited.known is UNKNOWN:
             waited.pending.append((sequence, status))
         elif _newer((sequence, status), waited.known):
@@ -132,6 +221,7 @@ class StreamWaiters:
         waited = self._streams.get(stream_id)
         if waited is None:
             return
+        self._confirm(waited, progress)
         if waited.known is UNKNOWN:
             if any(_newer(change, progress) for change in waited.pending):
                 self.wake([stream_id], seen=progress)
@@ -200,7 +290,10 @@ class WaitersWatch(StreamWatch):
 
     async def read(self, *, after: int, limit: int) -> StreamPage:
         changed = self._changed = self._waiters.current(self._stream_id)
-        page = await self._reads.read(self._stream_id, after, limit, changed)
+        page = self._waiters.tail_page(self._stream_id, after, limit)
+        if page is None:
+            page = await self._reads.read(self._stream_id, after, limit, changed)
+            self._waiters.read_from_store(self._stream_id, (page.last_sequence, page.status))
         self._seen = (page.last_sequence, page.status)
         return page
 

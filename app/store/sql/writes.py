@@ -20,7 +20,7 @@ one executemany per table on SQLite.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +28,7 @@ import pydantic_core
 
 from app.errors import SessionExistsError, SessionNotFoundError
 from app.protocol import STOPPED_STATUSES
-from app.store.base import WriteBatch
+from app.store.base import StoredChunk, WriteBatch
 from app.store.sql.driver import RawConnection
 from app.store.sql.queries import (
     CHECK_EXISTING_KEY,
@@ -79,7 +79,7 @@ class _Known:
 
 
 @dataclass(slots=True)
-class _Plan:
+class Plan:
     """The net rows a group writes, table by table, in arrival order."""
 
     new_sessions: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -94,6 +94,21 @@ class _Plan:
     def touched(self) -> set[str]:
         """The streams the plan advances or changes the status of."""
         return set(self.advanced) | set(self.statuses)
+
+    def written(self, streams: Container[str]) -> dict[str, tuple[list[StoredChunk], Any]]:
+        """For the streams it touches that are in `streams`: the chunks the plan stores there,
+        in order, and the status it sets (None if it sets none)."""
+        written: dict[str, tuple[list[StoredChunk], Any]] = {
+            stream_id: ([], row["status"] if (row := self.statuses.get(stream_id)) else None)
+            for stream_id in self.touched()
+            if stream_id in streams
+        }
+        if written:
+            for row in self.chunks:
+                entry = written.get(row["stream_id"])
+                if entry is not None:
+                    entry[0].append((row["sequence"], row["body"]))
+        return written
 
     def payloads(self, origin: str) -> list[str]:
         """The stream notifications the group sends."""
@@ -153,10 +168,8 @@ class BatchWriter:
         self._q = queries
         self._origin = origin
 
-    async def apply(
-        self, conn: RawConnection, batches: Sequence[WriteBatch], *, now: int
-    ) -> set[str]:
-        """Write `batches` in order in `conn`'s open transaction; returns the streams touched.
+    async def apply(self, conn: RawConnection, batches: Sequence[WriteBatch], *, now: int) -> Plan:
+        """Write `batches` in order in `conn`'s open transaction; returns what it wrote.
 
         Raises the first rule broken (the transaction must then be rolled back); which batch
         broke it is only exact when `batches` holds one.
@@ -180,13 +193,13 @@ class BatchWriter:
             await self._write_postgres(conn, plan, None)
         else:
             await self._write_sqlite(conn, plan)
-        return plan.touched()
+        return plan
 
     async def apply_at_once(
         self, conn: RawConnection, batches: Sequence[WriteBatch], *, now: int
-    ) -> set[str] | None:
+    ) -> Plan | None:
         """PostgreSQL, outside a transaction: write `batches` in one statement that first checks
-        the database is as they expect (one round trip in all); returns the streams touched, or
+        the database is as they expect (one round trip in all); returns what it wrote, or
         None when it wrote nothing: the database differs from what they expect, or they clear a
         conversation. `apply` in a transaction then writes them or says which rule they break.
         """
@@ -194,10 +207,10 @@ class BatchWriter:
             return None
         expected, guard = _expectations(batches)
         plan = self._plan(batches, expected, now)
-        return plan.touched() if await self._write_postgres(conn, plan, guard) else None
+        return plan if await self._write_postgres(conn, plan, guard) else None
 
-    def _plan(self, batches: Sequence[WriteBatch], known: _Known, now: int) -> _Plan:
-        plan = _Plan()
+    def _plan(self, batches: Sequence[WriteBatch], known: _Known, now: int) -> Plan:
+        plan = Plan()
         self._plan_sessions(batches, known, plan)
         self._plan_messages(batches, known, plan)
         self._plan_chunks(batches, known, plan)
@@ -217,7 +230,7 @@ class BatchWriter:
         return plan
 
     async def _write_postgres(
-        self, conn: RawConnection, plan: _Plan, guard: dict[str, Any] | None
+        self, conn: RawConnection, plan: Plan, guard: dict[str, Any] | None
     ) -> bool:
         """Write the plan in one statement (after clearing conversations); with `guard`, only
         if the database meets it. Whether it wrote."""
@@ -257,7 +270,7 @@ class BatchWriter:
         (wrote, _notified), *_ = await conn.fetch(statement, params)
         return bool(wrote)
 
-    async def _write_sqlite(self, conn: RawConnection, plan: _Plan) -> None:
+    async def _write_sqlite(self, conn: RawConnection, plan: Plan) -> None:
         q = self._q
         if plan.new_sessions:
             await conn.many(q.insert_sessions, list(plan.new_sessions.values()))
@@ -277,7 +290,7 @@ class BatchWriter:
         if plan.statuses:
             await conn.many(q.upsert_stream_status, list(plan.statuses.values()))
 
-    def _plan_sessions(self, batches: Sequence[WriteBatch], known: _Known, plan: _Plan) -> None:
+    def _plan_sessions(self, batches: Sequence[WriteBatch], known: _Known, plan: Plan) -> None:
         created: dict[str, int] = {}
         for position, batch in enumerate(batches):
             for record in batch.new_sessions:
@@ -313,7 +326,7 @@ class BatchWriter:
                         row["owner_id"] = row["lease_expires_at"] = None
                     plan.new_sessions[session_id] = row
 
-    def _plan_messages(self, batches: Sequence[WriteBatch], known: _Known, plan: _Plan) -> None:
+    def _plan_messages(self, batches: Sequence[WriteBatch], known: _Known, plan: Plan) -> None:
         # A batch's `cleared_messages` restart those conversations at index 0; the earlier
         # batches' messages for them would be deleted by it, so they are never written.
         following = known.next_message
@@ -339,7 +352,7 @@ class BatchWriter:
                     }
                 )
 
-    def _plan_chunks(self, batches: Sequence[WriteBatch], known: _Known, plan: _Plan) -> None:
+    def _plan_chunks(self, batches: Sequence[WriteBatch], known: _Known, plan: Plan) -> None:
         lasts = known.last_sequence
         for batch in batches:
             for append in batch.chunks:
