@@ -6,7 +6,7 @@ process sharing the store can serve any stream.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 from app.protocol import STOPPED_STATUSES, Chunk, SessionStatus, chunk_from_json
 from app.store import StateStore
@@ -36,14 +36,18 @@ class StreamFollower:
             for _, body in page:
                 yield chunk_from_json(body)
 
-    async def pages(self) -> AsyncIterator[list[StoredChunk]]:
+    async def pages(self) -> AsyncGenerator[list[StoredChunk]]:
         """The same chunks as stored (sequence and wire JSON), a page of what the store had at a
-        time, for writers that send the bytes of a page at once."""
+        time, for writers that send the bytes of a page at once. The first page comes at once,
+        even empty: `StreamNotFoundError` is raised instead when the stream does not exist."""
         async with self.store.watch_stream(self.stream_id) as watch:
+            first = True
             while True:
                 page = await watch.read(after=self.after, limit=PAGE_SIZE)
-                if page.chunks:
-                    self.after = page.chunks[-1][0]
+                if page.chunks or first:
+                    first = False
+                    if page.chunks:
+                        self.after = page.chunks[-1][0]
                     yield page.chunks
                 if len(page.chunks) == PAGE_SIZE:
                     continue
