@@ -126,10 +126,10 @@ class StreamWriter:
         """Commit `batch` atomically together with every chunk queued so far."""
         await self.submit(batch)
 
-    def submit(self, batch: WriteBatch) -> asyncio.Future[None]:
+    def submit(self, batch: WriteBatch, *, hold: bool = False) -> asyncio.Future[None]:
         """Hand `batch`, with every chunk queued so far, to the store now; the future is its
         outcome. The store applies one stream's batches in the order they were submitted, so
-        chunks always land as a contiguous prefix."""
+        chunks always land as a contiguous prefix. `hold`: see `StateStore.submit`."""
         if self._failure is not None:
             raise self._failure
         if self._queue:
@@ -138,7 +138,7 @@ class StreamWriter:
             batch.refs.extend(self._tracked.values())
             self._tracked = {}
         try:
-            outcome = self.store.submit(batch)
+            outcome = self.store.submit(batch, hold=hold)
         except Exception as exc:
             self._failure = exc
             raise

@@ -404,7 +404,7 @@ class SessionRun:
         batch = extra or WriteBatch()
         batch.updated_sessions.append(record)
         batch.messages.extend(self._appends(messages))
-        landed = self.writer.submit(batch)
+        landed = self.writer.submit(batch, hold=not wait)
         if wait:
             self._committing = True
             try:
@@ -444,9 +444,10 @@ class SessionRun:
             batch.refs.append(RefUpsert(self.parent.session_id, self.ref))
         if self.record.is_root:
             batch.streams.append(StreamUpdate(self.record.stream_id, outcome.status))
-        landed = self.writer.submit(batch)
-        # A child's parent goes on once the end is taken: its own next commit follows it. A
-        # root's end is what its caller waits for, so it must have landed.
+        # A child's parent goes on once the end is taken: its own next commit follows it (and
+        # may carry it: the store may hold it for that). A root's end is what its caller waits
+        # for, so it must have landed.
+        landed = self.writer.submit(batch, hold=not self.record.is_root)
         if self.record.is_root:
             await landed
         self.record = record

@@ -262,9 +262,12 @@ class StateStore(abc.ABC):
         await self.submit(batch)
 
     @abc.abstractmethod
-    def submit(self, batch: WriteBatch) -> asyncio.Future[None]:
+    def submit(self, batch: WriteBatch, *, hold: bool = False) -> asyncio.Future[None]:
         """Take `batch` for an atomic commit now, and return the future of its outcome: done
         once it has landed, or failed with the error that refused it (it then changed nothing).
+
+        With `hold`, the caller does not wait for the batch now: a store that commits in groups
+        may keep it a few milliseconds, to commit it with the next batch someone waits for.
 
         Batches that write to one stream (`WriteBatch.stream_ids`) are applied in the order
         they were submitted, so a writer may submit again before its last batch has landed.

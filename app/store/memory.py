@@ -67,8 +67,9 @@ class MemoryStore(StateStore):
         self._flags: dict[str, InterruptFlag] = {}
         self._streams: dict[str, _Stream] = {}
 
-    def submit(self, batch: WriteBatch) -> asyncio.Future[None]:
-        """Validate the whole batch, then apply it at once: all or nothing."""
+    def submit(self, batch: WriteBatch, *, hold: bool = False) -> asyncio.Future[None]:
+        """Validate the whole batch, then apply it at once: all or nothing (`hold` changes
+        nothing: there is no group to wait for)."""
         self._check_open()
         outcome: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         try:

@@ -249,8 +249,8 @@ async def test_a_run_abandoned_by_its_process_is_taken_over() -> None:
 class SlowCommitStore(MemoryStore):
     """Applies a commit at once, then takes a while to answer, as a networked store does."""
 
-    def submit(self, batch: WriteBatch) -> asyncio.Future[None]:
-        return asyncio.ensure_future(self._answer_late(super().submit(batch)))
+    def submit(self, batch: WriteBatch, *, hold: bool = False) -> asyncio.Future[None]:
+        return asyncio.ensure_future(self._answer_late(super().submit(batch, hold=hold)))
 
     async def _answer_late(self, applied: asyncio.Future[None]) -> None:
         await applied

@@ -321,6 +321,27 @@ async def test_groups_are_bounded() -> None:
     assert database.landed == ["blocker", *(f"n{i}" for i in range(10))]
 
 
+async def test_a_held_batch_waits_a_moment_for_one_someone_waits_for() -> None:
+    database = FakeDatabase()
+    committer = GroupCommitter(database.apply, hold=0.2)
+    committer.start()
+    held = committer.enqueue(named("child-end"), hold=True)
+    await asyncio.sleep(0.02)
+    assert database.groups == []
+    await committer.enqueue(named("parent-step"))
+    assert held.done()
+    assert database.groups == [["child-end", "parent-step"]]
+    # Alone, it is committed once the hold has passed.
+    alone = committer.enqueue(named("alone"), hold=True)
+    await asyncio.wait_for(alone, 2)
+    assert database.groups[-1] == ["alone"]
+    # Closing commits held batches at once.
+    last = committer.enqueue(named("last"), hold=True)
+    await asyncio.wait_for(committer.close(), 0.1)
+    assert last.done()
+    assert database.landed == ["child-end", "parent-step", "alone", "last"]
+
+
 def status_batch(stream_id: str, status: Literal["running", "failed", "completed"]) -> WriteBatch:
     return WriteBatch(streams=[StreamUpdate(stream_id, status)])
 

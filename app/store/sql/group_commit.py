@@ -3,10 +3,12 @@
 Callers queue their batch and await its own outcome. The writer takes the queued batches in
 arrival order (at most `max_batches` and about `max_rows` rows) and applies them in one
 transaction, so a hundred concurrent runs cost a handful of transactions, and one stream's
-chunks land in the order they were committed. When a grouped transaction fails, each of its
-batches is applied again in a transaction of its own: the bad batch fails with its own error and
-the others land, except, when the database failed it (rather than a rule), the batches of its
-streams that follow it: they may build on it.
+chunks land in the order they were committed. A batch its caller does not wait for (`hold`) may
+wait a moment for one that someone waits for, so the two cost one transaction, not two in a row.
+
+When a grouped transaction fails, each of its batches is applied again in a transaction of its
+own: the bad batch fails with its own error and the others land, except, when the database
+failed it (rather than a rule), the batches of its streams that follow it: they may build on it.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class _Pending:
     batch: WriteBatch
     size: int
     outcome: asyncio.Future[None]
+    held: bool
 
 
 class GroupCommitter:
@@ -48,12 +51,18 @@ class GroupCommitter:
     the batch, it is applied even if its caller has gone.
     """
 
-    def __init__(self, apply: Apply, *, max_batches: int = 128, max_rows: int = 4096) -> None:
+    def __init__(
+        self, apply: Apply, *, max_batches: int = 128, max_rows: int = 4096, hold: float = 0.0
+    ) -> None:
         self._apply = apply
         self._max_batches = max_batches
         self._max_rows = max_rows
+        self._hold = hold
+        """Seconds an idle writer keeps held batches waiting for one someone waits for."""
         self._queue: collections.deque[_Pending] = collections.deque()
         self._wakeup = asyncio.Event()
+        self._awaited = asyncio.Event()
+        """Set when a batch that is not held is queued (or the writer closes)."""
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         self.groups = 0
@@ -63,13 +72,16 @@ class GroupCommitter:
         """Start the writer task."""
         self._task = asyncio.create_task(self._run(), name="sql-store-group-commit")
 
-    def enqueue(self, batch: WriteBatch) -> asyncio.Future[None]:
+    def enqueue(self, batch: WriteBatch, *, hold: bool = False) -> asyncio.Future[None]:
         """Queue `batch` now; the future resolves once it is committed (cancel it to withdraw
-        the batch while it is still queued)."""
+        the batch while it is still queued). A `hold` batch may wait up to the writer's `hold`
+        seconds for a batch that is not, to be committed with it."""
         if self._closing or self._task is None:
             raise StoreClosedError("The store's writer is not running")
         outcome: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Pending(batch, batch_size(batch), outcome))
+        self._queue.append(_Pending(batch, batch_size(batch), outcome, hold))
+        if not hold:
+            self._awaited.set()
         self._wakeup.set()
         return outcome
 
@@ -87,6 +99,7 @@ class GroupCommitter:
         """Commit what is queued, then stop the writer."""
         self._closing = True
         self._wakeup.set()
+        self._awaited.set()
         if self._task is not None:
             await self._task
 
@@ -94,10 +107,21 @@ class GroupCommitter:
         while True:
             await self._wakeup.wait()
             self._wakeup.clear()
+            await self._linger()
             while group := self._take():
                 await self._commit(group)
             if self._closing:
                 return
+
+    async def _linger(self) -> None:
+        """While only held batches are queued, give one that someone waits for a moment to
+        join them: when it comes, both are committed at once."""
+        if not self._hold or self._closing or not all(p.held for p in self._queue):
+            return
+        self._awaited.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self._hold):
+                await self._awaited.wait()
 
     def _fail_followers(self, streams: set[str] | frozenset[str]) -> None:
         """Fail the queued batches of streams whose earlier batch just failed: they were

@@ -28,16 +28,18 @@ class _Entry:
     batch: WriteBatch
     streams: frozenset[str]
     outcome: asyncio.Future[None]
+    hold: bool
     lane: int = 0
     queued: asyncio.Future[None] | None = None
     """The lane's own future, once the batch is queued in a lane."""
 
 
 class WriteLanes:
-    """`count` group committers (one behaves exactly as a single `GroupCommitter`)."""
+    """`count` group committers (one behaves exactly as a single `GroupCommitter`), each
+    holding batches as `GroupCommitter` does for `hold` seconds."""
 
-    def __init__(self, apply: Apply, *, count: int) -> None:
-        self._lanes = [GroupCommitter(apply) for _ in range(max(count, 1))]
+    def __init__(self, apply: Apply, *, count: int, hold: float = 0.0) -> None:
+        self._lanes = [GroupCommitter(apply, hold=hold) for _ in range(max(count, 1))]
         self._holder: dict[str, int] = {}
         """The lane holding each stream that has pending batches."""
         self._pending: collections.Counter[str] = collections.Counter()
@@ -67,11 +69,11 @@ class WriteLanes:
         for lane in self._lanes:
             await lane.close()
 
-    def submit(self, batch: WriteBatch) -> asyncio.Future[None]:
+    def submit(self, batch: WriteBatch, *, hold: bool = False) -> asyncio.Future[None]:
         """Take `batch` now; the future resolves once it is committed, or fails with what its
         own transaction raised. Cancelling the future withdraws the batch unless a lane's
-        writer has already taken it."""
-        entry = _Entry(batch, batch.stream_ids(), asyncio.get_running_loop().create_future())
+        writer has already taken it. `hold`: see `GroupCommitter.enqueue`."""
+        entry = _Entry(batch, batch.stream_ids(), asyncio.get_running_loop().create_future(), hold)
         entry.outcome.add_done_callback(functools.partial(self._withdraw, entry))
         self._blocked.append(entry)
         self._dispatch()
@@ -94,7 +96,7 @@ class WriteLanes:
                 return
             self._blocked.popleft()
             try:
-                entry.queued = self._lanes[lane].enqueue(entry.batch)
+                entry.queued = self._lanes[lane].enqueue(entry.batch, hold=entry.hold)
             except Exception as exc:
                 entry.outcome.set_exception(exc)
                 continue

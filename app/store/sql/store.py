@@ -62,6 +62,10 @@ PG_FALLBACK_POLL_INTERVAL = 0.05
 POSTGRES_WRITE_LANES = 2
 """Transactions a PostgreSQL store has in flight at once (see `lanes`)."""
 
+WRITE_HOLD = 0.002
+"""Seconds an idle writer keeps batches no one waits for, for one that someone waits for to
+join them (a child's end and its parent's step: one transaction, not two in a row)."""
+
 CONFLICT = "The batch conflicts with a concurrent write (a session, message or chunk exists)"
 
 
@@ -86,7 +90,7 @@ class SqlStore(StateStore):
         self._writer = BatchWriter(self._queries, origin=self._origin)
         # SQLite has one writer at a time whatever we do; PostgreSQL runs a transaction per lane.
         lanes = write_lanes or (POSTGRES_WRITE_LANES if backend == "postgresql" else 1)
-        self._committer = WriteLanes(self._apply, count=lanes)
+        self._committer = WriteLanes(self._apply, count=lanes, hold=WRITE_HOLD)
         self._waiters = StreamWaiters()
         self._reads = SharedReads(self._read_page)
         self._json_as_text = self.backend == "sqlite"
@@ -161,7 +165,7 @@ class SqlStore(StateStore):
 
     # -- writes --------------------------------------------------------------------------------
 
-    def submit(self, batch: WriteBatch) -> asyncio.Future[None]:
+    def submit(self, batch: WriteBatch, *, hold: bool = False) -> asyncio.Future[None]:
         """Take `batch` for an atomic commit, grouped with concurrent ones into one
         transaction of its streams' write lane."""
         self._check_open()
@@ -169,7 +173,7 @@ class SqlStore(StateStore):
             landed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             landed.set_result(None)
             return landed
-        return self._committer.submit(batch)
+        return self._committer.submit(batch, hold=hold)
 
     async def _apply(self, batches: Sequence[WriteBatch]) -> None:
         now = now_ms()
