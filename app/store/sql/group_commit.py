@@ -116,7 +116,8 @@ class GroupCommitter:
     async def _linger(self) -> None:
         """While only held batches are queued, give one that someone waits for a moment to
         join them: when it comes, both are committed at once."""
-        if not self._hold or self._closing or not all(p.held for p in self._queue):
+        queue = self._queue
+        if not (self._hold and queue) or self._closing or not all(p.held for p in queue):
             return
         self._awaited.clear()
         with contextlib.suppress(TimeoutError):
