@@ -64,33 +64,35 @@ PARTS = ("n_", "u_", "m_", "r_", "c_", "a_", "s_")
 """The statement's parts, by parameter prefix: new and updated sessions, messages, refs, chunks,
 streams that only advanced, streams whose status changed (and maybe advanced)."""
 
-GUARD = """guard AS (SELECT
-    NOT EXISTS (SELECT 1 FROM sessions WHERE session_id = ANY(:g_new))
-    AND NOT EXISTS (SELECT 1 FROM sessions WHERE idempotency_key = ANY(:g_keys))
-    AND (SELECT count(*) FROM sessions WHERE session_id = ANY(:g_updated))
-        = cardinality(:g_updated)
-    AND NOT EXISTS (
+GUARD_CHECKS = {
+    "g_new": "NOT EXISTS (SELECT 1 FROM sessions WHERE session_id = ANY(:g_new))",
+    "g_keys": "NOT EXISTS (SELECT 1 FROM sessions WHERE idempotency_key = ANY(:g_keys))",
+    "g_updated": """(SELECT count(*) FROM sessions WHERE session_id = ANY(:g_updated))
+        = cardinality(:g_updated)""",
+    "g_messages": """NOT EXISTS (
         SELECT 1 FROM json_to_recordset(CAST(:g_messages AS json)) AS e(session_id text, idx int)
         WHERE e.idx <> COALESCE(
-            (SELECT MAX(m.idx) + 1 FROM messages AS m WHERE m.session_id = e.session_id), 0))
-    AND NOT EXISTS (
+            (SELECT MAX(m.idx) + 1 FROM messages AS m WHERE m.session_id = e.session_id), 0))""",
+    "g_streams": """NOT EXISTS (
         SELECT 1 FROM json_to_recordset(CAST(:g_streams AS json)) AS e(stream_id text, last bigint)
         WHERE e.last <> COALESCE(
-            (SELECT s.last_sequence FROM streams AS s WHERE s.stream_id = e.stream_id), 0))
-    AS ok)"""
-"""What a group expects of the database: its new sessions and keys absent, the sessions it
-updates present, each conversation and stream continuing where the group's first message and
-chunk say. Every write below happens only if it holds."""
+            (SELECT s.last_sequence FROM streams AS s WHERE s.stream_id = e.stream_id), 0))""",
+}
+"""What a group may expect of the database, by parameter: its new sessions and keys absent, the
+sessions it updates present, each conversation and stream continuing where the group's first
+message and chunk say. A group's guard checks those it has (a check of nothing still costs the
+database a plan node), and every write below happens only if they hold."""
 
 GUARD_ARRAYS = ("g_new", "g_keys", "g_updated")
-GUARD_JSON = ("g_messages", "g_streams")
+"""The checks whose parameter is an id array (the others' is a JSON array of objects)."""
 
 
-def build_write_all(parts: frozenset[str], *, guarded: bool = False) -> TextClause:
+def build_write_all(parts: frozenset[str], guard: frozenset[str] = frozenset()) -> TextClause:
     """The statement writing `parts`; parameters are `<prefix>rows` (a JSON array of row
-    objects), `channel` and `payloads` (the notifications), and with `guarded` the `g_`
-    expectations of `GUARD`. It returns one row: whether it wrote (always, unguarded). Parts a
+    objects), `channel` and `payloads` (the notifications), and the `guard` checks' parameters
+    (see `GUARD_CHECKS`). It returns one row: whether it wrote (always, with no guard). Parts a
     group does not need are left out."""
+    guarded = bool(guard)
     when = "(SELECT ok FROM guard)" if guarded else "true"
 
     def listed(names: tuple[str, ...]) -> str:
@@ -99,7 +101,8 @@ def build_write_all(parts: frozenset[str], *, guarded: bool = False) -> TextClau
     def values(table: Table, names: tuple[str, ...]) -> str:
         return ", ".join(_value(table, name) for name in names)
 
-    ctes: list[str] = [GUARD] if guarded else []
+    checks = "\n    AND ".join(GUARD_CHECKS[name] for name in sorted(guard))
+    ctes: list[str] = [f"guard AS (SELECT\n    {checks}\n    AS ok)"] if guarded else []
     if "n_" in parts:
         names = WRITE_COLUMNS["n_"]
         ctes.append(f"""new_sessions AS (
@@ -161,8 +164,8 @@ def build_write_all(parts: frozenset[str], *, guarded: bool = False) -> TextClau
     binds = [bindparam(prefix + "rows", type_=text_type) for prefix in sorted(parts)]
     binds.append(bindparam("channel", type_=text_type))
     binds.append(bindparam("payloads", type_=postgresql.ARRAY(text_type)))
-    if guarded:
-        binds.extend(bindparam(name, type_=postgresql.ARRAY(text_type)) for name in GUARD_ARRAYS)
-        binds.extend(bindparam(name, type_=text_type) for name in GUARD_JSON)
+    for name in sorted(guard):
+        array = name in GUARD_ARRAYS
+        binds.append(bindparam(name, type_=postgresql.ARRAY(text_type) if array else text_type))
     sql = f"WITH {', '.join(ctes)} {notify}" if ctes else notify
     return text(sql).bindparams(*binds)

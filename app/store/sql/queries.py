@@ -179,7 +179,7 @@ class Queries:
         self.insert_chunks = driver(_insert(chunks))
         self.upsert_stream_status = driver(upsert(streams, ("stream_id",), last_sequence="0"))
         self._dialect = dialect
-        self._writes: dict[tuple[frozenset[str], bool], DriverSql] = {}
+        self._writes: dict[tuple[frozenset[str], frozenset[str]], DriverSql] = {}
         self.notify = driver(
             text(
                 "SELECT pg_notify(:channel, payload) FROM unnest(:payloads) AS payload"
@@ -302,12 +302,13 @@ class Queries:
             )
         )
 
-    def write_all(self, parts: frozenset[str], *, guarded: bool) -> DriverSql:
-        """PostgreSQL: the one statement writing a group's `parts` (see `pg_write`)."""
-        key = (parts, guarded)
+    def write_all(self, parts: frozenset[str], guard: frozenset[str]) -> DriverSql:
+        """PostgreSQL: the one statement writing a group's `parts`, guarded by the `guard`
+        checks (see `pg_write`)."""
+        key = (parts, guard)
         statement = self._writes.get(key)
         if statement is None:
-            built = build_write_all(parts, guarded=guarded)
+            built = build_write_all(parts, guard)
             statement = self._writes[key] = compile_for(built, self._dialect)
         return statement
 

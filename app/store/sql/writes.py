@@ -125,9 +125,10 @@ class Plan:
 
 def _expectations(batches: Sequence[WriteBatch]) -> tuple[_Known, dict[str, Any]]:
     """What `batches` take the database to hold, as the planner's knowledge (under which they
-    are consistent among themselves) and as the statement's guard parameters (`pg_write.GUARD`),
-    which check it: every session they create absent, every other one they update present, and
-    each conversation and stream continuing at their first message and chunk."""
+    are consistent among themselves) and as the parameters of the statement's guard checks
+    (`pg_write.GUARD_CHECKS`), those with something to check: every session they create absent,
+    every other one they update present, and each conversation and stream continuing at their
+    first message and chunk."""
     created: set[str] = set()
     updated: list[str] = []
     keys: list[str] = []
@@ -147,17 +148,21 @@ def _expectations(batches: Sequence[WriteBatch]) -> tuple[_Known, dict[str, Any]
                 first = chunk_append.chunks[0].sequence - 1
                 expected.last_sequence.setdefault(chunk_append.stream_id, first)
     expected.sessions = set(updated)
-    guard = {
-        "g_new": sorted(created),
-        "g_keys": keys,
-        "g_updated": sorted(set(updated)),
-        "g_messages": pydantic_core.to_json(
+    guard: dict[str, Any] = {}
+    if created:
+        guard["g_new"] = sorted(created)
+    if keys:
+        guard["g_keys"] = keys
+    if updated:
+        guard["g_updated"] = sorted(set(updated))
+    if expected.next_message:
+        guard["g_messages"] = pydantic_core.to_json(
             [{"session_id": s, "idx": i} for s, i in expected.next_message.items()]
-        ).decode(),
-        "g_streams": pydantic_core.to_json(
+        ).decode()
+    if expected.last_sequence:
+        guard["g_streams"] = pydantic_core.to_json(
             [{"stream_id": s, "last": n} for s, n in expected.last_sequence.items()]
-        ).decode(),
-    }
+        ).decode()
     return expected, guard
 
 
@@ -266,7 +271,7 @@ class BatchWriter:
                 params[prefix + "rows"] = pydantic_core.to_json(rows).decode()
         if not (parts or params["payloads"]):
             return True
-        statement = q.write_all(frozenset(parts), guarded=guard is not None)
+        statement = q.write_all(frozenset(parts), frozenset(guard or ()))
         (wrote, _notified), *_ = await conn.fetch(statement, params)
         return bool(wrote)
 
