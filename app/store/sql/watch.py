@@ -48,8 +48,9 @@ def _newer(change: Change, seen: Progress | None) -> bool:
     )
 
 
-TAIL_CHUNKS = 2048
-"""The most chunks a stream's tail keeps: a follower further behind reads the store."""
+TAIL_CHUNKS = 256
+"""The most chunks a stream's tail keeps (about 50 kB): a follower at the live tail is a few
+chunks behind; one further behind reads the store."""
 
 
 @dataclass(slots=True)
