@@ -10,6 +10,7 @@ from app.runtime import StreamFollower
 from app.store import ChunkAppend, StateStore, StreamUpdate, WriteBatch
 from app.store.base import StreamPage
 from app.store.sql import SqlStore
+from app.store.sql.watch import TAIL_CHUNKS
 
 
 def delta(sequence: int) -> TextDeltaChunk:
@@ -158,3 +159,22 @@ async def test_a_watch_reads_the_store_once_another_instance_wrote_the_stream(
             await asyncio.wait_for(watch.wait(10), 10)
             page = await watch.read(after=3, limit=10)
             assert (page.chunks, page.last_sequence, page.status) == ([], 3, "interrupted")
+
+
+async def test_a_tail_keeps_the_last_chunks_and_older_ones_are_read_from_the_database(
+    sql_url: str,
+) -> None:
+    async with SqlStore(sql_url) as store:
+        await store.commit(WriteBatch(streams=[StreamUpdate("s", "running")]))
+        reads = counting_reads(store)
+        async with store.watch_stream("s") as watch:
+            await watch.read(after=0, limit=10)
+            total = TAIL_CHUNKS + 44
+            batch = [delta(sequence) for sequence in range(1, total + 1)]
+            await store.commit(WriteBatch(chunks=[ChunkAppend("s", batch)]))
+            page = await watch.read(after=total - TAIL_CHUNKS, limit=1000)
+            assert page.chunks == bodies(*range(total - TAIL_CHUNKS + 1, total + 1))
+            assert reads == [0]
+            page = await watch.read(after=total - TAIL_CHUNKS - 1, limit=1000)
+            assert page.chunks == bodies(*range(total - TAIL_CHUNKS, total + 1))
+            assert reads == [0, total - TAIL_CHUNKS - 1]
