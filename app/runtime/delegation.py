@@ -173,14 +173,17 @@ def new_child(
         state=state.model_dump(mode="json") if isinstance(state, BaseModel) else state,
         input=child_input,
     )
-    ref = SubSessionRef(
-        sub_session_id=child_id,
-        agent_type=agent.name,
-        parent_tool_call_id=call_id,
-        status="running",
-        started_at=now,
+    ref = SubSessionRef.trusted(
+        {
+            "sub_session_id": child_id,
+            "agent_type": agent.name,
+            "parent_tool_call_id": call_id,
+            "status": "running",
+            "started_at": now,
+        }
     )
-    return NewChild(record, UserMessage(content=input_to_message(child_input)), ref)
+    first = UserMessage.trusted({"content": input_to_message(child_input)})
+    return NewChild(record, first, ref)
 
 
 def open_children(parent: SessionRun, calls: Sequence[ToolCall]) -> dict[str, NewChild]:

@@ -38,7 +38,9 @@ async def dispatch(run: SessionRun, call: ToolCall, fresh: bool) -> Called:
             result = CallResult(error=f"{parsed.error}. Fix the output and call it again.")
         else:
             output = to_json(parsed.model_dump(mode="json"))
-            message = ToolMessage(tool_call_id=call.id, tool_name=call.name, result=output)
+            message = ToolMessage.trusted(
+                {"tool_call_id": call.id, "tool_name": call.name, "result": output}
+            )
             return Called(message, Outcome("completed", output=output))
     elif tool is None:
         offered = ", ".join(spec.name for spec in run.agent.tool_specs) or "none"
@@ -68,8 +70,13 @@ async def dispatch(run: SessionRun, call: ToolCall, fresh: bool) -> Called:
         result=result.result,
         error=result.error,
     )
-    message = ToolMessage(
-        tool_call_id=call.id, tool_name=call.name, result=result.result, error=result.error
+    message = ToolMessage.trusted(
+        {
+            "tool_call_id": call.id,
+            "tool_name": call.name,
+            "result": result.result,
+            "error": result.error,
+        }
     )
     return Called(message)
 

@@ -108,16 +108,13 @@ class StreamWriter:
         chunks = []
         for item in self._queue:
             sequence += 1
-            chunks.append(
-                item.chunk_type(
-                    sequence=sequence,
-                    agent_id=item.agent_id,
-                    agent_type=item.agent_type,
-                    step=item.step,
-                    timestamp=item.timestamp,
-                    **item.fields,
-                )
-            )
+            fields = item.fields
+            fields["sequence"] = sequence
+            fields["agent_id"] = item.agent_id
+            fields["agent_type"] = item.agent_type
+            fields["step"] = item.step
+            fields["timestamp"] = item.timestamp
+            chunks.append(item.chunk_type.trusted(fields))
         self._queue = []
         self._last = sequence
         return chunks  # type: ignore[return-value]

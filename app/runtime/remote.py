@@ -57,7 +57,7 @@ class RemoteChild:
 
     def advance(self, **changes: object) -> None:
         """Change the ref; the change is committed with the chunks queued so far."""
-        self.ref = self.ref.model_copy(update=changes)
+        self.ref = self.ref.replaced(changes)
         self.parent.writer.track(RefUpsert(self.parent.session_id, self.ref))
 
 

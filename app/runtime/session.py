@@ -245,10 +245,16 @@ class SessionRun:
         calls = [
             call
             if call.id
-            else ToolCall(call.name, call.arguments, tool_call_id(self._turn, index))
+            else ToolCall.trusted(
+                {
+                    "name": call.name,
+                    "arguments": call.arguments,
+                    "id": tool_call_id(self._turn, index),
+                }
+            )
             for index, call in enumerate(calls)
         ]
-        assistant = AssistantMessage(content="".join(text), tool_calls=tuple(calls))
+        assistant = AssistantMessage.trusted({"content": "".join(text), "tool_calls": tuple(calls)})
         if usage is not None:
             self._usage = Usage(
                 self._usage.input_tokens + usage.input_tokens,
@@ -440,7 +446,7 @@ class SessionRun:
         batch = WriteBatch(updated_sessions=[record], messages=self._appends(messages))
         self._close_unstarted(batch, now)
         if self.ref is not None and self.parent is not None:
-            self.ref = self.ref.model_copy(update={"status": outcome.status, "completed_at": now})
+            self.ref = self.ref.replaced({"status": outcome.status, "completed_at": now})
             batch.refs.append(RefUpsert(self.parent.session_id, self.ref))
         if self.record.is_root:
             batch.streams.append(StreamUpdate(self.record.stream_id, outcome.status))
@@ -471,7 +477,7 @@ class SessionRun:
             batch.refs.append(
                 RefUpsert(
                     self.session_id,
-                    child.ref.model_copy(update={"status": outcome.status, "completed_at": now}),
+                    child.ref.replaced({"status": outcome.status, "completed_at": now}),
                 )
             )
         self.opened = {}
