@@ -139,7 +139,12 @@ class StreamWriter:
         except Exception as exc:
             self._failure = exc
             raise
-        outcome.add_done_callback(self._note_failure)
+        # A store that settles the batch at once (the memory store) needs no callback: one
+        # would cost a turn of the loop per commit.
+        if outcome.done():
+            self._note_failure(outcome)
+        else:
+            outcome.add_done_callback(self._note_failure)
         return outcome
 
     def _note_failure(self, outcome: asyncio.Future[None]) -> None:
