@@ -13,9 +13,9 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Literal, Self, TypeVar
+from typing import Any, Literal, Self
 
 from pydantic import JsonValue
 
@@ -28,39 +28,6 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-_T = TypeVar("_T")
-
-
-def _init_in_one_step(cls: type[_T]) -> type[_T]:
-    """Give a frozen dataclass (without slots) an `__init__` that sets its `__dict__` at once,
-    with the same signature: the generated one sets each field through `object.__setattr__`,
-    which costs three times as much. The records a run builds at every step use it."""
-    params, lines, items = [], [], []
-    scope: dict[str, Any] = {"_set": object.__setattr__, "_FACTORY": object()}
-    if "__slots__" in cls.__dict__ or hasattr(cls, "__post_init__"):
-        raise TypeError(f"{cls.__name__}: only for dataclasses without slots or __post_init__")
-    for f in fields(cls):  # type: ignore[arg-type]
-        if not f.init or f.kw_only:
-            raise TypeError(f"{cls.__name__}.{f.name}: only for plain positional fields")
-        if f.default is not MISSING:
-            scope[f"_default_{f.name}"] = f.default
-            params.append(f"{f.name}=_default_{f.name}")
-        elif f.default_factory is not MISSING:
-            scope[f"_factory_{f.name}"] = f.default_factory
-            params.append(f"{f.name}=_FACTORY")
-            lines.append(f"  if {f.name} is _FACTORY: {f.name} = _factory_{f.name}()")
-        else:
-            params.append(f.name)
-        items.append(f"{f.name!r}: {f.name}")
-    lines.append(f"  _set(self, '__dict__', {{{', '.join(items)}}})")
-    exec(f"def __init__(self, {', '.join(params)}):\n" + "\n".join(lines), scope)
-    init = scope["__init__"]
-    init.__qualname__ = f"{cls.__qualname__}.__init__"
-    cls.__init__ = init  # type: ignore[method-assign]
-    return cls
-
-
-@_init_in_one_step
 @dataclass(frozen=True)
 class SessionRecord:
     """A session as stored. Runs replace it whole through `WriteBatch.updated_sessions`.
@@ -115,8 +82,7 @@ _new_object = object.__new__
 _set_attribute = object.__setattr__
 
 
-@_init_in_one_step
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class MessageAppend:
     """One message appended to a session's conversation at position `index` (0-based)."""
 
