@@ -71,8 +71,9 @@ def session_from_row(values: Sequence[Any], *, json_as_text: bool) -> SessionRec
 
 
 def message_body(message: Message) -> str:
-    """A message's stored JSON."""
-    return MESSAGE_ADAPTER.dump_json(message, by_alias=True).decode()
+    """A message's stored JSON (the model's own serialiser: what the union's gives, without
+    finding the member first)."""
+    return message.__pydantic_serializer__.to_json(message, by_alias=True).decode()
 
 
 def message_from_body(body: str) -> Message:
