@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Self, TypeAlias
+from typing import Any, Self, TypeAlias, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
@@ -24,6 +24,7 @@ _MISSING: Any = _Missing()
 
 _Shape: TypeAlias = tuple[dict[str, Any], tuple[tuple[str, Callable[[], Any]], ...]]
 _SHAPES: dict[type[BaseModel], _Shape] = {}
+_M = TypeVar("_M", bound=BaseModel)
 _new_object = object.__new__
 _set_attribute = object.__setattr__
 
@@ -55,12 +56,7 @@ class WireModel(BaseModel):
         for name, factory in factories:
             if name not in values:
                 data[name] = factory()
-        model = _new_object(cls)
-        _set_attribute(model, "__dict__", data)
-        _set_attribute(model, "__pydantic_fields_set__", set(values))
-        _set_attribute(model, "__pydantic_extra__", None)
-        _set_attribute(model, "__pydantic_private__", None)
-        return model
+        return _built(cls, data, set(values))
 
     def replaced(self, changes: dict[str, Any]) -> Self:
         """A copy with `changes` that the runtime made from valid data: what
@@ -69,12 +65,17 @@ class WireModel(BaseModel):
         data = {**self.__dict__, **changes}
         if len(data) != len(self.__dict__):
             raise TypeError(f"{type(self).__name__} has no field {sorted(changes)}")
-        model = _new_object(type(self))
-        _set_attribute(model, "__dict__", data)
-        _set_attribute(model, "__pydantic_fields_set__", {*self.__pydantic_fields_set__, *changes})
-        _set_attribute(model, "__pydantic_extra__", None)
-        _set_attribute(model, "__pydantic_private__", None)
-        return model
+        return _built(type(self), data, {*self.__pydantic_fields_set__, *changes})
+
+
+def _built(cls: type[_M], data: dict[str, Any], fields_set: set[str]) -> _M:
+    """An instance of `cls` holding `data` (every field, in order), as validation leaves one."""
+    model = _new_object(cls)
+    _set_attribute(model, "__dict__", data)
+    _set_attribute(model, "__pydantic_fields_set__", fields_set)
+    _set_attribute(model, "__pydantic_extra__", None)
+    _set_attribute(model, "__pydantic_private__", None)
+    return model
 
 
 def _shape(cls: type[BaseModel]) -> _Shape:
