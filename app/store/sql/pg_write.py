@@ -65,10 +65,12 @@ PARTS = ("n_", "u_", "m_", "r_", "c_", "a_", "s_")
 streams that only advanced, streams whose status changed (and maybe advanced)."""
 
 GUARD_CHECKS = {
-    "g_new": "NOT EXISTS (SELECT 1 FROM sessions WHERE session_id = ANY(:g_new))",
-    "g_keys": "NOT EXISTS (SELECT 1 FROM sessions WHERE idempotency_key = ANY(:g_keys))",
-    "g_updated": """(SELECT count(*) FROM sessions WHERE session_id = ANY(:g_updated))
-        = cardinality(:g_updated)""",
+    "g_new": """NOT EXISTS (SELECT 1 FROM unnest(:g_new) AS id
+        WHERE (SELECT true FROM sessions WHERE session_id = id))""",
+    "g_keys": """NOT EXISTS (SELECT 1 FROM unnest(:g_keys) AS k
+        WHERE (SELECT true FROM sessions WHERE idempotency_key = k))""",
+    "g_updated": """NOT EXISTS (SELECT 1 FROM unnest(:g_updated) AS id
+        WHERE (SELECT true FROM sessions WHERE session_id = id) IS NULL)""",
     "g_messages": """NOT EXISTS (
         SELECT 1 FROM json_to_recordset(CAST(:g_messages AS json)) AS e(session_id text, idx int)
         WHERE e.idx <> COALESCE(
@@ -81,7 +83,11 @@ GUARD_CHECKS = {
 """What a group may expect of the database, by parameter: its new sessions and keys absent, the
 sessions it updates present, each conversation and stream continuing where the group's first
 message and chunk say. A group's guard checks those it has (a check of nothing still costs the
-database a plan node), and every write below happens only if they hold."""
+database a plan node), and every write below happens only if they hold.
+
+Each check probes the tables once per id, through a scalar subquery the planner cannot turn
+into a join: a join against a JSON record set or an array parameter is planned for 100 rows, so
+up to tens of thousands of sessions the planner prefers to scan the whole table."""
 
 GUARD_ARRAYS = ("g_new", "g_keys", "g_updated")
 """The checks whose parameter is an id array (the others' is a JSON array of objects)."""
@@ -116,7 +122,9 @@ def build_write_all(parts: frozenset[str], guard: frozenset[str] = frozenset()) 
         "owner_id" = CASE WHEN v.status = 'running' THEN sessions.owner_id END,
         "lease_expires_at" = CASE WHEN v.status = 'running' THEN sessions.lease_expires_at END
     FROM {_rows("u_", sessions, names)}
-    WHERE sessions.session_id = v.session_id AND {when})""")
+    WHERE sessions.session_id = v.session_id AND {when}
+        AND sessions.session_id = ANY(ARRAY(
+            SELECT i.session_id FROM {_rows("u_", sessions, ("session_id",), alias="i")})))""")
     if "m_" in parts:
         names = WRITE_COLUMNS["m_"]
         ctes.append(f"""new_messages AS (
