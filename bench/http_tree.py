@@ -45,6 +45,7 @@ from httpx_sse import aconnect_sse
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.lean_client import LeanClient
 from bench.support import (
     Usage,
     http_client,
@@ -107,6 +108,36 @@ def check_tree(chunks: list[dict[str, Any]]) -> None:
     assert adds == [10, 11, 12], adds
 
 
+START = json.dumps({"agentType": "parent", "message": "do the thing"}).encode()
+
+
+async def lean_tree(url: str) -> tuple[float, list[dict[str, Any]]]:
+    """`tree` through `LeanClient`: the same requests, and the same checks of the end and the
+    root's output, with only the output chunks parsed (ids are checked to be contiguous)."""
+    started = time.perf_counter()
+    outputs: list[str] = []
+    async with await LeanClient.connect(url) as client:
+        status, body = await client.post_json("/start", START)
+        assert status == 201, (status, body)
+        stream_id = json.loads(body)["streamId"]
+        last = 0
+        async for event in client.events(f"/stream/{stream_id}"):
+            if event.event == "end":
+                assert json.loads(event.data) == {"status": "completed"}, event
+                break
+            last += 1
+            assert event.id == str(last), (event.id, last)
+            if '"type":"output"' in event.data:
+                chunk = json.loads(event.data)
+                if chunk["agentId"] == stream_id:
+                    outputs.append(chunk["output"])
+        else:
+            raise AssertionError("the stream closed before its end event")
+    elapsed = time.perf_counter() - started
+    assert outputs == [OUTPUT], outputs
+    return elapsed, []
+
+
 async def counters(client: httpx.AsyncClient) -> dict[str, int]:
     """The server's call counters (the `counters` agent answers with them)."""
     chunks, _ = await stream(client, await start(client, "counters", "count"))
@@ -123,6 +154,7 @@ def moved(before: dict[str, int], after: dict[str, int], trees: int) -> None:
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
     latency = args.latency_ms / 1000
     env = {"BENCH_LATENCY_MS": str(args.latency_ms)}
+    timed = lean_tree if args.client == "lean" else tree
     async with (
         temporary_store(args.store) as url,
         server(url, loop=args.loop, env=env) as running,
@@ -132,16 +164,16 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         _, chunks = await tree(running.url)
         check_tree(chunks)
         moved(before, await counters(client), 1)
-        await asyncio.gather(*(tree(running.url) for _ in range(5)))
+        await asyncio.gather(*(timed(running.url) for _ in range(5)))
         before = await counters(client)
         server_usage = running.usage()
         client_usage = Usage(os.getpid()).start()
         started = time.perf_counter()
         async with py_spy(running.pid, args.profile), asyncio.timeout(args.timeout):
             if args.scenario == "seq":
-                durations = [(await tree(running.url))[0] for _ in range(args.trees)]
+                durations = [(await timed(running.url))[0] for _ in range(args.trees)]
             else:
-                runs = await asyncio.gather(*(tree(running.url) for _ in range(args.trees)))
+                runs = await asyncio.gather(*(timed(running.url) for _ in range(args.trees)))
                 durations = [elapsed for elapsed, _ in runs]
         wall = time.perf_counter() - started
         server_usage.stop()
@@ -166,6 +198,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         **server_usage.figures("server"),
         **client_usage.figures("client"),
         "loop": args.loop,
+        "client": args.client,
         **noise(),
         **versions(),
     }
@@ -180,6 +213,12 @@ def main() -> None:
     parser.add_argument("--trees", type=int, default=100)
     parser.add_argument("--latency-ms", type=float, default=50.0)
     parser.add_argument("--loop", choices=["auto", "asyncio", "uvloop"], default="auto")
+    parser.add_argument(
+        "--client",
+        choices=["lean", "httpx"],
+        default="lean",
+        help="the timed trees' client (bench/lean_client.py, or httpx + httpx-sse as a user's)",
+    )
     parser.add_argument("--timeout", type=float, default=300.0, help="bound on the timed run (s)")
     parser.add_argument("--profile", help="py-spy the server's timed run into this file")
     parser.add_argument("--all", action="store_true", help="every store, --rounds times")
@@ -201,6 +240,8 @@ def main() -> None:
                     str(args.latency_ms),
                     "--loop",
                     args.loop,
+                    "--client",
+                    args.client,
                 ],
             )
             for store in args.stores.split(",")
