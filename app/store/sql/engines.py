@@ -102,6 +102,13 @@ def create_engine(
     else:
         options["pool_size"] = pool_size
         options["max_overflow"] = 2
+    if backend == "postgresql":
+        # The store's statements are written so their best plan does not depend on the values
+        # (keys probed one by one), which is the plan PostgreSQL settles on after five runs of
+        # a prepared statement. Until then it plans each run for its values, parsing the JSON
+        # parameters of a group's write at plan time: milliseconds for a group of a few hundred
+        # rows, and a busy server prepares each statement shape on every pooled connection.
+        options["connect_args"] = {"server_settings": {"plan_cache_mode": "force_generic_plan"}}
     engine = create_async_engine(url, **options)
     if backend == "sqlite":
         _configure_sqlite(engine)
