@@ -117,14 +117,16 @@ def build_write_all(parts: frozenset[str], guard: frozenset[str] = frozenset()) 
     if "u_" in parts:
         names = WRITE_COLUMNS["u_"]
         assigned = ", ".join(f"{_q(n)} = {_value(sessions, n)}" for n in UPDATED_COLUMNS)
-        ctes.append(f"""updated_sessions AS (
+        # The ids as an array make the sessions an index scan: joined to the record set
+        # alone, they would be a scan of the whole table (see GUARD_CHECKS).
+        ctes.append(f"""updated_rows AS MATERIALIZED (SELECT * FROM {_rows("u_", sessions, names)}),
+    updated_sessions AS (
     UPDATE sessions SET {assigned},
         "owner_id" = CASE WHEN v.status = 'running' THEN sessions.owner_id END,
         "lease_expires_at" = CASE WHEN v.status = 'running' THEN sessions.lease_expires_at END
-    FROM {_rows("u_", sessions, names)}
+    FROM updated_rows AS v
     WHERE sessions.session_id = v.session_id AND {when}
-        AND sessions.session_id = ANY(ARRAY(
-            SELECT i.session_id FROM {_rows("u_", sessions, ("session_id",), alias="i")})))""")
+        AND sessions.session_id = ANY(ARRAY(SELECT session_id FROM updated_rows)))""")
     if "m_" in parts:
         names = WRITE_COLUMNS["m_"]
         ctes.append(f"""new_messages AS (
