@@ -6,6 +6,9 @@ whichever comes first, so text deltas never cost one transaction each. Adjacent 
 one agent within a flush are joined into one chunk (DESIGN.md section 8 allows it). Sequences
 are given when the queue is committed, in emission order. Readers see a chunk once it is
 committed, so a reconnecting client never sees a chunk that a crash could take back.
+
+A new root's writer may start behind the batch that creates its session (`follow`): the run
+works while that lands, and its own batches reach the store only once it has.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import asyncio
 import contextlib
 from typing import Any
 
+from app.errors import StoreError
 from app.protocol import BaseChunk, Chunk, TextDeltaChunk
 from app.store import ChunkAppend, RefUpsert, StateStore, WriteBatch, now_ms
 
@@ -56,6 +60,37 @@ class StreamWriter:
         self._flush_timer: asyncio.TimerHandle | None = None
         self._flushes: set[asyncio.Task[None]] = set()
         self._failure: BaseException | None = None
+        self._leader: asyncio.Future[None] | None = None
+        self._behind: list[tuple[WriteBatch, bool, asyncio.Future[None]]] = []
+        """Batches submitted while the leader is landing, in order, with their outcomes."""
+
+    def follow(self, leader: asyncio.Future[None]) -> None:
+        """Hand the store nothing until `leader` (the outcome of the batch that creates the
+        stream's session) has landed: batches submitted meanwhile wait here, in order, then go
+        to the store together, or fail if it fails. Without this, a batch refused for a reason
+        of its own (a duplicate session id) would not stop the writes that build on it."""
+        if not leader.done():
+            self._leader = leader
+            leader.add_done_callback(self._lead)
+
+    def _lead(self, leader: asyncio.Future[None]) -> None:
+        self._leader = None
+        behind, self._behind = self._behind, []
+        if leader.cancelled() or leader.exception() is not None:
+            cause = "cancelled" if leader.cancelled() else repr(leader.exception())
+            self._failure = StoreError(f"The session's creation did not land ({cause})")
+            for _, _, outcome in behind:
+                _fail(outcome, self._failure)
+            return
+        for batch, hold, outcome in behind:
+            if outcome.cancelled():
+                continue
+            try:
+                landed = self._hand_over(batch, hold)
+            except Exception as exc:
+                _fail(outcome, exc)
+                continue
+            _relay(landed, outcome)
 
     def emit(
         self,
@@ -134,6 +169,13 @@ class StreamWriter:
         if self._tracked:
             batch.refs.extend(self._tracked.values())
             self._tracked = {}
+        if self._leader is not None:
+            outcome: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._behind.append((batch, hold, outcome))
+            return outcome
+        return self._hand_over(batch, hold)
+
+    def _hand_over(self, batch: WriteBatch, hold: bool) -> asyncio.Future[None]:
         try:
             outcome = self.store.submit(batch, hold=hold)
         except Exception as exc:
@@ -183,3 +225,29 @@ class StreamWriter:
         # A failure is kept in `_failure`: the run's next commit raises it.
         with contextlib.suppress(Exception):
             await self.commit(WriteBatch())
+
+
+def _relay(source: asyncio.Future[None], target: asyncio.Future[None]) -> None:
+    """Settle `target` as `source` settles; cancelling `target` cancels `source` (as cancelling
+    a store's future withdraws its batch while it is queued)."""
+
+    def settle(done: asyncio.Future[None]) -> None:
+        if target.done():
+            return
+        if done.cancelled():
+            target.cancel()
+        elif (error := done.exception()) is not None:
+            _fail(target, error)
+        else:
+            target.set_result(None)
+
+    source.add_done_callback(settle)
+    target.add_done_callback(lambda done: source.cancel() if done.cancelled() else None)
+
+
+def _fail(outcome: asyncio.Future[None], error: BaseException) -> None:
+    """Fail a batch's outcome, which a held batch's submitter never awaits: the writer has
+    noted the failure, so the future is marked as retrieved."""
+    if not outcome.done():
+        outcome.set_exception(error)
+        outcome.exception()

@@ -148,6 +148,7 @@ class AgentRuntime:
         idempotency_key: str | None = None,
     ) -> RunHandle:
         """Start a root session of `agent` and return its handle once the session is stored.
+        With no `session_id` or `idempotency_key` given, the run starts while it is stored.
 
         The first user message is `message`, else derived from `input` (its `message`, `query`,
         `text` or `content` field, else its JSON). `input` also seeds the custom state.
@@ -156,6 +157,8 @@ class AgentRuntime:
         config = self.registry.get(agent) if isinstance(agent, str) else agent
         if config.name not in self.registry:
             self.registry.register(config)
+        # A generated id and no key: nothing can refuse the creation but a failing store.
+        fresh = session_id is None and idempotency_key is None
         session_id = validate_session_id(session_id) if session_id else new_session_id()
         if parent_session_id is not None:
             validate_session_id(parent_session_id)
@@ -179,15 +182,37 @@ class AgentRuntime:
         )
         first = UserMessage(content=message)
         with self._starting(session_id):
-            await self.store.commit(
+            created = self.store.submit(
                 WriteBatch(
                     new_sessions=[record],
                     messages=[MessageAppend(session_id, 0, first)],
                     streams=[StreamUpdate(session_id, "running")],
                 )
             )
-        writer = StreamWriter(self.store, session_id, 0, flush_delay=self.flush_delay)
-        return self._launch(config, record, [first], writer)
+            if not fresh or created.done():
+                await created
+            writer = StreamWriter(self.store, session_id, 0, flush_delay=self.flush_delay)
+            writer.follow(created)
+            handle = self._launch(config, record, [first], writer)
+        if not created.done():
+            await self._landed(created, session_id)
+        return handle
+
+    async def _landed(self, created: asyncio.Future[None], session_id: str) -> None:
+        """Wait for a fresh session's creation, which its run did not wait for (its first model
+        call starts meanwhile, and its writes follow the creation); stop the run if it fails.
+        Shielded: a caller that goes away leaves the creation to land and the run to go on."""
+        run = self._roots[session_id]
+        try:
+            await asyncio.shield(created)
+        except asyncio.CancelledError:
+            raise
+        except BaseException:
+            run.cancel()
+            await asyncio.gather(run, return_exceptions=True)
+            self._roots.pop(session_id, None)  # a run cancelled before it began never cleans up
+            self._local.discard(session_id)
+            raise
 
     async def resume(
         self,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -16,7 +17,12 @@ from pydantic import BaseModel
 
 from app import AgentRegistry, AgentRuntime, create_sub_agent_tool, define_agent, define_tool
 from app.agents import ToolContext
-from app.errors import SessionExistsError
+from app.errors import (
+    SessionExistsError,
+    SessionNotFoundError,
+    StoreError,
+    StreamNotFoundError,
+)
 from app.models import Model, ModelEvent, ModelRequest, TextDelta, ToolCall, ToolCallReady
 from app.protocol import ToolMessage
 from app.store import MemoryStore, StateStore, create_store
@@ -230,3 +236,57 @@ async def test_starting_a_running_session_again_is_refused_and_leaves_it_running
         result = await handle.result()
     assert result.status == "completed"
     assert calls == EVERY_CALL
+
+
+async def test_a_fresh_run_starts_while_it_is_stored_and_its_writes_follow(opener: Any) -> None:
+    # No id or key given: the run does not wait for its creation to land.
+    calls: Counter[str] = Counter()
+    async with opener() as store, AgentRuntime(build(calls, {}), store=store) as runtime:
+        handles = await asyncio.gather(*(runtime.execute("root", "go") for _ in range(5)))
+        results = [await handle.result() for handle in handles]
+        streams = [[c.sequence async for c in runtime.follow(h.session_id)] for h in handles]
+    assert [(r.status, r.output) for r in results] == [("completed", "root turn 1")] * 5
+    assert all(sequences == list(range(1, len(sequences) + 1)) for sequences in streams)
+    assert sorted(Counter(key.split()[0] for key in calls).items()) == [
+        ("model", 5 * 11),
+        ("tool", 5 * 6),
+    ]
+    assert set(calls.values()) == {1}
+
+
+@pytest.mark.parametrize("fails_after", [0.01, 0.08], ids=["mid-call", "after-steps"])
+async def test_a_fresh_run_whose_creation_fails_stops_and_leaves_nothing(
+    opener: Any, fails_after: float, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The database refuses the creation while the run goes on: during the root's first model
+    # call, or once the root and its workers have made steps that wait behind the creation.
+    calls: Counter[str] = Counter()
+    async with (
+        opener() as store,
+        AgentRuntime(build(calls, {"root": 0.03}), store=store) as runtime,
+    ):
+        submit = store.submit
+
+        def creation_fails(batch: Any, *, hold: bool = False) -> asyncio.Future[None]:
+            store.submit = submit
+            refused: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            failure = StoreError("the database went away")
+            asyncio.get_running_loop().call_later(fails_after, refused.set_exception, failure)
+            return refused
+
+        store.submit = creation_fails
+        with pytest.raises(StoreError, match="went away"):
+            await runtime.execute("root", "go")
+        await asyncio.sleep(0.1)
+        (session_id,) = {key.split()[1].partition("-sub-")[0] for key in calls}
+        assert any("-sub-" in key for key in calls) == (fails_after > 0.03)
+        assert not runtime.active
+        with pytest.raises(SessionNotFoundError):
+            await store.get_session(session_id)
+        with pytest.raises(StreamNotFoundError):
+            await store.get_stream(session_id)
+        # The tree is stopped: no call starts once the failure is known.
+        stopped = Counter(calls)
+        await asyncio.sleep(0.1)
+        assert calls == stopped
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
