@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import gc
 import json
 import os
 import resource
@@ -35,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app import AgentRegistry, AgentRuntime, create_sub_agent_tool, define_agent, define_tool
 from app.agents import AgentHooks, ToolContext
+from app.api.app import settle_collector
 from app.models import (
     Model,
     ModelEvent,
@@ -197,9 +197,10 @@ async def measure(
                 AgentRuntime(registry, store=store, takeover_interval=None) as runtime,
             ):
                 if freeze:
-                    # As the server does once it has started (app.api.app): what start-up made
-                    # leaves the collector's full passes, each 60-75 ms over this process.
-                    gc.freeze()
+                    # As the server does once it has started: what start-up made leaves the
+                    # collector's full passes (each 60-75 ms over this process), and young
+                    # objects are collected less often.
+                    settle_collector()
                 before = COUNTS.copy()
                 await run_tree(runtime)
                 check_counts(before, 1)
@@ -282,7 +283,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--stores", default="memory")
     parser.add_argument(
-        "--no-freeze", action="store_true", help="leave start-up's objects to the collector"
+        "--no-freeze",
+        action="store_true",
+        help="leave the collector as Python sets it (no freeze, default thresholds)",
     )
     args = parser.parse_args()
     if args.all:

@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 
 from app.agents import AgentRegistry
+from app.api.app import YOUNG_COLLECTION_THRESHOLD
 from app.settings import Settings
 from tests.api.conftest import Server, read_stream, serve
 from tests.databases import database_url
@@ -299,9 +300,11 @@ async def test_the_server_cleans_up_finished_streams_past_their_retention(tmp_pa
     assert (status["status"], status["lastSequence"]) == ("completed", len(first.chunks))
 
 
-async def test_start_up_freezes_what_it_made(tmp_path: Path) -> None:
+async def test_start_up_settles_the_collector(tmp_path: Path) -> None:
     gc.unfreeze()
+    gc.set_threshold(700, 10, 10)
     registry = AgentRegistry([adder(Calls())])
     settings = Settings(database_url=f"sqlite+aiosqlite:///{tmp_path}/frozen.db")
     async with serve(registry, Calls(), settings):
         assert gc.get_freeze_count() > 0
+        assert gc.get_threshold() == (YOUNG_COLLECTION_THRESHOLD, 10, 10)
