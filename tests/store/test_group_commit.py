@@ -305,6 +305,30 @@ async def test_a_commit_cancelled_while_queued_is_withdrawn() -> None:
         committer.enqueue(named("late"))
 
 
+async def test_settled_is_told_once_per_batch_whatever_became_of_it() -> None:
+    # What the write lanes count on to release a stream: landed, refused, withdrawn while
+    # queued, or taken by the writer after its caller went away.
+    database = FakeDatabase()
+    committer = GroupCommitter(database.apply)
+    committer.start()
+    settled: list[str] = []
+    database.gate.clear()
+
+    def enqueue(name: str) -> asyncio.Future[None]:
+        return committer.enqueue(named(name), settled=lambda: settled.append(name))
+
+    taken = enqueue("taken")
+    await asyncio.sleep(0.01)
+    outcomes = {name: enqueue(name) for name in ("ok", "bad", "withdrawn")}
+    outcomes["withdrawn"].cancel()
+    taken.cancel()
+    database.gate.set()
+    await asyncio.gather(*outcomes.values(), return_exceptions=True)
+    await committer.close()
+    assert database.landed == ["taken", "ok"]
+    assert sorted(settled) == ["bad", "ok", "taken", "withdrawn"]
+
+
 async def test_groups_are_bounded() -> None:
     database = FakeDatabase()
     committer = GroupCommitter(database.apply, max_batches=4)

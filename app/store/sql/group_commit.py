@@ -42,6 +42,8 @@ class _Pending:
     size: int
     outcome: asyncio.Future[None]
     held: bool
+    settled: Callable[[], None] | None
+    """Called once the writer is done with the batch: settled, or dropped as withdrawn."""
 
 
 class GroupCommitter:
@@ -72,14 +74,24 @@ class GroupCommitter:
         """Start the writer task."""
         self._task = asyncio.create_task(self._run(), name="sql-store-group-commit")
 
-    def enqueue(self, batch: WriteBatch, *, hold: bool = False) -> asyncio.Future[None]:
-        """Queue `batch` now; the future resolves once it is committed (cancel it to withdraw
-        the batch while it is still queued). A `hold` batch may wait up to the writer's `hold`
-        seconds for a batch that is not, to be committed with it."""
+    def enqueue(
+        self,
+        batch: WriteBatch,
+        *,
+        hold: bool = False,
+        outcome: asyncio.Future[None] | None = None,
+        settled: Callable[[], None] | None = None,
+    ) -> asyncio.Future[None]:
+        """Queue `batch` now; the future (`outcome`, else a new one) resolves once it is
+        committed (cancel it to withdraw the batch while it is still queued). A `hold` batch may
+        wait up to the writer's `hold` seconds for a batch that is not, to be committed with it.
+        `settled` is called when the writer is done with the batch, even if its caller is gone:
+        it has landed or failed, or was dropped from the queue as withdrawn."""
         if self._closing or self._task is None:
             raise StoreClosedError("The store's writer is not running")
-        outcome: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Pending(batch, batch_size(batch), outcome, hold))
+        if outcome is None:
+            outcome = asyncio.get_running_loop().create_future()
+        self._queue.append(_Pending(batch, batch_size(batch), outcome, hold, settled))
         if not hold:
             self._awaited.set()
         self._wakeup.set()
@@ -92,6 +104,7 @@ class GroupCommitter:
             if pending.outcome is outcome:
                 self._queue.remove(pending)
                 outcome.cancel()
+                _settle(pending, None)
                 return True
         return False
 
@@ -141,8 +154,9 @@ class GroupCommitter:
         rows = 0
         while self._queue and len(group) < self._max_batches:
             pending = self._queue[0]
-            if pending.outcome.done():
+            if pending.outcome.done():  # withdrawn by its caller
                 self._queue.popleft()
+                _settle(pending, None)
                 continue
             if group and rows + pending.size > self._max_rows:
                 break
@@ -203,6 +217,8 @@ def _after_failure(streams: set[str] | frozenset[str]) -> StoreError:
 
 
 def _settle(pending: _Pending, error: Exception | None) -> None:
+    if pending.settled is not None:
+        pending.settled()
     if pending.outcome.done():
         return
     if error is None:

@@ -28,10 +28,8 @@ class _Entry:
     batch: WriteBatch
     streams: frozenset[str]
     outcome: asyncio.Future[None]
+    """The caller's future, which the lane settles: one future per batch."""
     hold: bool
-    lane: int = 0
-    queued: asyncio.Future[None] | None = None
-    """The lane's own future, once the batch is queued in a lane."""
 
 
 class WriteLanes:
@@ -74,39 +72,37 @@ class WriteLanes:
         own transaction raised. Cancelling the future withdraws the batch unless a lane's
         writer has already taken it. `hold`: see `GroupCommitter.enqueue`."""
         entry = _Entry(batch, batch.stream_ids(), asyncio.get_running_loop().create_future(), hold)
-        entry.outcome.add_done_callback(functools.partial(self._withdraw, entry))
         self._blocked.append(entry)
         self._dispatch()
         return entry.outcome
 
-    def _withdraw(self, entry: _Entry, outcome: asyncio.Future[None]) -> None:
-        if not outcome.cancelled():
-            return
-        if entry.queued is not None:
-            self._lanes[entry.lane].withdraw(entry.queued)
-        elif entry in self._blocked:
-            self._blocked.remove(entry)
-
     def _dispatch(self) -> None:
-        """Queue blocked batches in lanes, oldest first, as long as the oldest can go."""
+        """Queue blocked batches in lanes, oldest first, as long as the oldest can go. One
+        withdrawn (its future cancelled) is dropped here, or by its lane's writer once queued."""
         while self._blocked:
             entry = self._blocked[0]
+            if entry.outcome.done():
+                self._blocked.popleft()
+                continue
             lane = self._lane_for(entry.streams)
             if lane is None:
                 return
             self._blocked.popleft()
             try:
-                entry.queued = self._lanes[lane].enqueue(entry.batch, hold=entry.hold)
+                self._lanes[lane].enqueue(
+                    entry.batch,
+                    hold=entry.hold,
+                    outcome=entry.outcome,
+                    settled=functools.partial(self._settle, entry),
+                )
             except Exception as exc:
                 entry.outcome.set_exception(exc)
                 continue
-            entry.lane = lane
             for stream_id in entry.streams:
                 self._holder[stream_id] = lane
                 self._pending[stream_id] += 1
             self._in_lanes += 1
             self._unplaced += not entry.streams
-            entry.queued.add_done_callback(functools.partial(self._settle, entry))
 
     def _lane_for(self, streams: frozenset[str]) -> int | None:
         if len(self._lanes) == 1:
@@ -120,7 +116,8 @@ class WriteLanes:
             return None
         return held.pop() if held else next(self._rotation)
 
-    def _settle(self, entry: _Entry, queued: asyncio.Future[None]) -> None:
+    def _settle(self, entry: _Entry) -> None:
+        """Its lane is done with the batch: what it held back may go."""
         self._in_lanes -= 1
         self._unplaced -= not entry.streams
         for stream_id in entry.streams:
@@ -128,11 +125,4 @@ class WriteLanes:
             if not self._pending[stream_id]:
                 del self._pending[stream_id]
                 del self._holder[stream_id]
-        if not entry.outcome.done():
-            if queued.cancelled():
-                entry.outcome.cancel()
-            elif (error := queued.exception()) is not None:
-                entry.outcome.set_exception(error)
-            else:
-                entry.outcome.set_result(None)
         self._dispatch()
