@@ -304,7 +304,8 @@ class MemoryStore(StateStore):
         cutoff = now_ms() - older_than_ms
         deleted = 0
         for stream in self._streams.values():
-            if stream.stopped_at is not None and stream.stopped_at < cutoff and stream.chunks:
+            if stream.stopped_at is not None and stream.stopped_at < cutoff:
+                stream.stopped_at = None  # purged: as the SQL store, the next cleanup skips it
                 deleted += len(stream.chunks)
                 stream.base += len(stream.chunks)
                 stream.chunks = []

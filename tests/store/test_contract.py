@@ -39,6 +39,7 @@ from app.store import (
     RefUpsert,
     SessionRecord,
     StateStore,
+    StreamState,
     StreamUpdate,
     WriteBatch,
     now_ms,
@@ -384,6 +385,36 @@ async def test_delete_finished_streams_keeps_running_ones(store: StateStore) -> 
         assert await watch.read(after=0, limit=10) == StreamPage([], 2, "completed")
     assert (await store.get_stream("done")).last_sequence == 2
     assert len(await store.read_chunks("live")) == 1
+
+
+async def test_a_purged_stream_that_runs_and_stops_again_is_purged_again(
+    store: StateStore,
+) -> None:
+    # A cleanup visits each stopped stream once; one resumed and stopped again is due again.
+    await store.commit(
+        WriteBatch(
+            chunks=[ChunkAppend("again", [delta(1), delta(2)])],
+            streams=[StreamUpdate("again", "completed")],
+        )
+    )
+    await asyncio.sleep(0.01)
+    assert await store.delete_finished_streams(older_than_ms=0) == 2
+    assert await store.delete_finished_streams(older_than_ms=0) == 0
+    await store.commit(
+        WriteBatch(
+            chunks=[ChunkAppend("again", [delta(3)])], streams=[StreamUpdate("again", "running")]
+        )
+    )
+    assert await store.delete_finished_streams(older_than_ms=0) == 0
+    await store.commit(
+        WriteBatch(
+            chunks=[ChunkAppend("again", [delta(4)])], streams=[StreamUpdate("again", "failed")]
+        )
+    )
+    await asyncio.sleep(0.01)
+    assert await store.delete_finished_streams(older_than_ms=0) == 2
+    assert await store.read_chunks("again") == []
+    assert await store.get_stream("again") == StreamState("again", 4, "failed")
 
 
 # -- interrupts -----------------------------------------------------------------------------------

@@ -61,3 +61,48 @@ async def test_the_group_write_never_scans_the_sessions_table(postgres_url: str)
             assert "Seq Scan on sessions" not in plan, plan
     finally:
         await connection.close()
+
+
+async def test_retention_never_scans_the_chunks_table_and_visits_a_stream_once(
+    postgres_url: str,
+) -> None:
+    async with SqlStore(postgres_url) as store:
+        dsn = make_url(postgres_url).set(drivername="postgresql").render_as_string(False)
+        connection = await asyncpg.connect(dsn)
+        try:
+            await connection.execute(
+                """INSERT INTO streams (stream_id, last_sequence, status, stopped_at)
+                SELECT 'x-' || n, 20, CASE WHEN n % 2 = 0 THEN 'completed' ELSE 'running' END,
+                    CASE WHEN n % 2 = 0 THEN n END
+                FROM generate_series(1, $1::int) AS n""",
+                SESSIONS,
+            )
+            await connection.execute(
+                """INSERT INTO chunks (stream_id, sequence, body)
+                SELECT 'x-' || n, q, '{}' FROM generate_series(1, $1::int) AS n,
+                    generate_series(1, 10) AS q""",
+                SESSIONS,
+            )
+            await connection.execute("ANALYZE")
+            statement = store._queries.purge_stopped
+            for mode in ("force_custom_plan", "force_generic_plan"):
+                await connection.execute(f"SET plan_cache_mode = {mode}")
+                plan = "\n".join(
+                    row[0]
+                    for row in await connection.fetch(
+                        f"EXPLAIN {statement.sql}", *statement.args({"cutoff": 2**40})
+                    )
+                )
+                assert "Seq Scan on chunks" not in plan, plan
+
+            assert await store.delete_finished_streams(older_than_ms=0) == SESSIONS // 2 * 10
+            # Purged streams are no longer candidates: the next cleanup does not visit them.
+            assert (
+                await connection.fetchval(
+                    "SELECT count(*) FROM streams WHERE stopped_at IS NOT NULL"
+                )
+                == 0
+            )
+            assert await connection.fetchval("SELECT count(*) FROM chunks") == SESSIONS // 2 * 10
+        finally:
+            await connection.close()

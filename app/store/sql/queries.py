@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlalchemy import (
     ARRAY,
+    BigInteger,
     BindParameter,
     ColumnElement,
     Select,
@@ -31,6 +32,7 @@ from sqlalchemy import (
     func,
     insert,
     literal_column,
+    null,
     select,
     text,
     union_all,
@@ -292,15 +294,31 @@ class Queries:
         self.all_flags = driver(select(flags.session_id, flags.requested_at))
 
         # -- retention -----------------------------------------------------------------------
-        self.delete_finished = driver(
-            delete(chunks).where(
-                chunks.c.stream_id.in_(
-                    select(streams.c.stream_id)
-                    .where(streams.c.stopped_at.is_not(None))
-                    .where(streams.c.stopped_at < bindparam("cutoff"))
+        # `purge_stopped` deletes the chunks of streams stopped before `cutoff` (its count is
+        # theirs) and those streams' `stopped_at` is cleared, so a cleanup visits the streams
+        # stopped since the last one, not every stream that ever stopped. On SQLite,
+        # `forget_stopped` clears them, in the transaction (holding the write lock) that purges.
+        stopped = streams.c.stopped_at < bindparam("cutoff")
+        self.purge_stopped: DriverSql
+        self.forget_stopped: DriverSql | None = None
+        if pg:
+            # One statement: exactly the streams it marks lose their chunks. Those go by an id
+            # array: joined to the streams, which the planner takes for many, the chunks would
+            # be scanned whole.
+            self.purge_stopped = driver(
+                text(
+                    "WITH purged AS (UPDATE streams SET stopped_at = NULL "
+                    "WHERE stopped_at < :cutoff RETURNING stream_id) "
+                    "DELETE FROM chunks WHERE stream_id = ANY(ARRAY(SELECT stream_id FROM purged))"
+                ).bindparams(bindparam("cutoff", type_=BigInteger))
+            )
+        else:
+            self.purge_stopped = driver(
+                delete(chunks).where(
+                    chunks.c.stream_id.in_(select(streams.c.stream_id).where(stopped))
                 )
             )
-        )
+            self.forget_stopped = driver(update(streams).where(stopped).values(stopped_at=null()))
 
     def write_all(self, parts: frozenset[str], guard: frozenset[str]) -> DriverSql:
         """PostgreSQL: the one statement writing a group's `parts`, guarded by the `guard`

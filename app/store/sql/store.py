@@ -369,10 +369,16 @@ class SqlStore(StateStore):
     async def delete_finished_streams(self, *, older_than_ms: int) -> int:
         """Delete the chunks of streams stopped before `now - older_than_ms`."""
         self._check_open()
+        q = self._queries
         params = {"cutoff": now_ms() - older_than_ms}
         with translate_errors("delete finished streams"):
             async with self._connections.acquire() as conn:
-                return await conn.execute(self._queries.delete_finished, params)
+                if q.forget_stopped is None:
+                    return await conn.execute(q.purge_stopped, params)
+                async with conn.transaction():
+                    deleted = await conn.execute(q.purge_stopped, params)
+                    await conn.execute(q.forget_stopped, params)
+                return deleted
 
     # -- wake-ups ------------------------------------------------------------------------------
 

@@ -104,7 +104,8 @@ streams = Table(
     Column("stopped_at", BigInteger, nullable=True),
     Index(None, "stopped_at"),
 )
-"""How far each stream has got, and when its run stopped (for retention)."""
+"""How far each stream has got, and when its run stopped: `stopped_at` is only for retention,
+which clears it once it has deleted the stream's chunks."""
 
 chunks = Table(
     "chunks",
