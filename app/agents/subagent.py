@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+import pydantic_core
 from pydantic import BaseModel
 
 from app.agents.agent import AgentConfig
@@ -25,7 +25,7 @@ def input_to_message(input: dict[str, Any]) -> str:
         value = input.get(key)
         if isinstance(value, str):
             return value
-    return json.dumps(input, ensure_ascii=False, separators=(",", ":"))
+    return pydantic_core.to_json(input).decode()  # compact, as json.dumps with "," and ":"
 
 
 @dataclass(frozen=True, eq=False)
