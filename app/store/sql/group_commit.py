@@ -97,17 +97,6 @@ class GroupCommitter:
         self._wakeup.set()
         return outcome
 
-    def withdraw(self, outcome: asyncio.Future[None]) -> bool:
-        """Take back a batch `enqueue` queued, unless the writer has taken it (then it is
-        applied); cancels its future when it was withdrawn."""
-        for pending in self._queue:
-            if pending.outcome is outcome:
-                self._queue.remove(pending)
-                outcome.cancel()
-                _settle(pending, None)
-                return True
-        return False
-
     async def close(self) -> None:
         """Commit what is queued, then stop the writer."""
         self._closing = True
