@@ -38,9 +38,10 @@ class WriteLanes:
 
     def __init__(self, apply: Apply, *, count: int, hold: float = 0.0) -> None:
         self._lanes = [GroupCommitter(apply, hold=hold) for _ in range(max(count, 1))]
-        self._holder: dict[str, int] = {}
-        """The lane holding each stream that has pending batches."""
-        self._pending: collections.Counter[str] = collections.Counter()
+        self._only = self._lanes[0] if len(self._lanes) == 1 else None
+        """The lane, when there is one: every batch goes straight to it."""
+        self._held: dict[str, list[int]] = {}
+        """For each stream with pending batches: the lane holding them, and how many."""
         self._in_lanes = 0
         """Batches queued in a lane and not yet settled."""
         self._blocked: collections.deque[_Entry] = collections.deque()
@@ -71,58 +72,69 @@ class WriteLanes:
         """Take `batch` now; the future resolves once it is committed, or fails with what its
         own transaction raised. Cancelling the future withdraws the batch unless a lane's
         writer has already taken it. `hold`: see `GroupCommitter.enqueue`."""
+        if self._only is not None:
+            return self._only.enqueue(batch, hold=hold)
         entry = _Entry(batch, batch.stream_ids(), asyncio.get_running_loop().create_future(), hold)
-        self._blocked.append(entry)
-        self._dispatch()
+        if self._blocked or not self._place(entry):
+            self._blocked.append(entry)
         return entry.outcome
 
     def _dispatch(self) -> None:
         """Queue blocked batches in lanes, oldest first, as long as the oldest can go. One
         withdrawn (its future cancelled) is dropped here, or by its lane's writer once queued."""
-        while self._blocked:
-            entry = self._blocked[0]
-            if entry.outcome.done():
-                self._blocked.popleft()
-                continue
-            lane = self._lane_for(entry.streams)
-            if lane is None:
+        blocked = self._blocked
+        while blocked:
+            entry = blocked[0]
+            if not (entry.outcome.done() or self._place(entry)):
                 return
-            self._blocked.popleft()
-            try:
-                self._lanes[lane].enqueue(
-                    entry.batch,
-                    hold=entry.hold,
-                    outcome=entry.outcome,
-                    settled=functools.partial(self._settle, entry),
-                )
-            except Exception as exc:
-                entry.outcome.set_exception(exc)
-                continue
-            for stream_id in entry.streams:
-                self._holder[stream_id] = lane
-                self._pending[stream_id] += 1
-            self._in_lanes += 1
-            self._unplaced += not entry.streams
+            blocked.popleft()
+
+    def _place(self, entry: _Entry) -> bool:
+        """Queue the batch in the lane it may go to; False when it must wait."""
+        lane = self._lane_for(entry.streams)
+        if lane is None:
+            return False
+        try:
+            self._lanes[lane].enqueue(
+                entry.batch,
+                hold=entry.hold,
+                outcome=entry.outcome,
+                settled=functools.partial(self._settle, entry),
+            )
+        except Exception as exc:
+            entry.outcome.set_exception(exc)
+            return True
+        held = self._held
+        for stream_id in entry.streams:
+            place = held.get(stream_id)
+            if place is None:
+                held[stream_id] = [lane, 1]
+            else:
+                place[1] += 1
+        self._in_lanes += 1
+        self._unplaced += not entry.streams
+        return True
 
     def _lane_for(self, streams: frozenset[str]) -> int | None:
-        if len(self._lanes) == 1:
-            return 0
         if not streams:
             return None if self._in_lanes else 0
         if self._unplaced:
             return 0
-        held = {self._holder[stream_id] for stream_id in streams if stream_id in self._holder}
-        if len(held) > 1:
+        held = self._held
+        lanes = {place[0] for stream_id in streams if (place := held.get(stream_id)) is not None}
+        if len(lanes) > 1:
             return None
-        return held.pop() if held else next(self._rotation)
+        return lanes.pop() if lanes else next(self._rotation)
 
     def _settle(self, entry: _Entry) -> None:
         """Its lane is done with the batch: what it held back may go."""
         self._in_lanes -= 1
         self._unplaced -= not entry.streams
+        held = self._held
         for stream_id in entry.streams:
-            self._pending[stream_id] -= 1
-            if not self._pending[stream_id]:
-                del self._pending[stream_id]
-                del self._holder[stream_id]
-        self._dispatch()
+            place = held[stream_id]
+            place[1] -= 1
+            if not place[1]:
+                del held[stream_id]
+        if self._blocked:
+            self._dispatch()
