@@ -83,6 +83,10 @@ class StreamWriter:
                 _fail(outcome, self._failure)
             return
         for batch, hold, outcome in behind:
+            if self._failure is not None:
+                # As `submit` refuses: a batch after a failed one would land past a gap.
+                _fail(outcome, self._failure)
+                continue
             if outcome.cancelled():
                 continue
             try:
