@@ -39,21 +39,23 @@ class StreamFollower:
     async def pages(self) -> AsyncGenerator[list[StoredChunk]]:
         """The same chunks as stored (sequence and wire JSON), a page of what the store had at a
         time, for writers that send the bytes of a page at once. The first page comes at once,
-        even empty: `StreamNotFoundError` is raised instead when the stream does not exist."""
+        even empty: `StreamNotFoundError` is raised instead when the stream does not exist.
+        So does the last, with `status` already set, so a writer can send the end with it."""
         async with self.store.watch_stream(self.stream_id) as watch:
             first = True
             while True:
                 page = await watch.read(after=self.after, limit=PAGE_SIZE)
-                if page.chunks or first:
+                # A short page holds every chunk the stream had when its status was read, but
+                # for those retention deleted (only ever of a stopped stream).
+                last = len(page.chunks) < PAGE_SIZE and page.status in STOPPED_STATUSES
+                if last:
+                    self.status = page.status
+                if page.chunks or first or last:
                     first = False
                     if page.chunks:
                         self.after = page.chunks[-1][0]
                     yield page.chunks
-                if len(page.chunks) == PAGE_SIZE:
-                    continue
-                # A short page holds every chunk the stream had when its status was read, but
-                # for those retention deleted (only ever of a stopped stream).
-                if page.status in STOPPED_STATUSES:
-                    self.status = page.status
+                if last:
                     return
-                await watch.wait(self.poll)
+                if len(page.chunks) < PAGE_SIZE:
+                    await watch.wait(self.poll)

@@ -69,6 +69,31 @@ async def test_many_followers_get_every_chunk_once_and_the_final_status(
     assert firsts == [1, 1, 1, 1, 1, 1, 1, 1, 6, 6, 18, 401, 1001]
 
 
+async def test_the_last_page_comes_with_the_status_even_when_it_is_empty(
+    store: StateStore,
+) -> None:
+    await store.commit(
+        WriteBatch(chunks=[ChunkAppend("s", [delta(1)])], streams=[StreamUpdate("s", "running")])
+    )
+    follower = StreamFollower(store, "s", poll=5)
+    seen: list[tuple[list[int], str | None]] = []
+
+    async def follow_and_note() -> None:
+        async for page in follower.pages():
+            seen.append(([sequence for sequence, _ in page], follower.status))
+            if len(seen) == 1:
+                await store.commit(WriteBatch(chunks=[ChunkAppend("s", [delta(2)])]))
+            elif len(seen) == 2:
+                await store.commit(WriteBatch(streams=[StreamUpdate("s", "completed")]))
+
+    await asyncio.wait_for(follow_and_note(), 10)
+    # The end of a stream whose last chunk was already sent is an empty page, with the status.
+    assert seen == [([1], None), ([2], None), ([], "completed")]
+    finished = StreamFollower(store, "s", after=1)
+    replayed = [(page, finished.status) async for page in finished.pages()]
+    assert [([s for s, _ in page], status) for page, status in replayed] == [([2], "completed")]
+
+
 async def test_watches_at_the_same_tail_share_one_read(sql_url: str) -> None:
     async with SqlStore(sql_url) as store:
         await store.commit(WriteBatch(chunks=[ChunkAppend("s", [delta(1), delta(2)])]))

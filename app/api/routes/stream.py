@@ -78,18 +78,22 @@ async def stream(
 
 async def _events(
     follower: StreamFollower, first: list[StoredChunk], rest: AsyncGenerator[list[StoredChunk]]
-) -> AsyncIterator[bytes | ServerSentEvent]:
-    async with contextlib.aclosing(rest):
-        yield ServerSentEvent(retry=RECONNECT_MS, comment="stream")
-        if first:
-            yield _page(first)
-        async for page in rest:
-            yield _page(page)
-    yield ServerSentEvent(data=json.dumps({"status": follower.status}), event="end")
-
-
-def _page(page: list[StoredChunk]) -> bytes:
+) -> AsyncIterator[bytes]:
     # One write per page of chunks, not per chunk: each ASGI send costs more than a chunk's
     # encoding (a page at once doubled the chunks/s one client gets, in bench/sse_delivery.py).
+    # The reconnection delay goes with the first page and the end with the last, so a short
+    # run's stream costs a few writes (each is a send through every middleware and a syscall).
+    opening = ServerSentEvent(retry=RECONNECT_MS, comment="stream").encode()
+    async with contextlib.aclosing(rest):
+        yield opening + _page(first, follower)
+        async for page in rest:
+            yield _page(page, follower)
+
+
+def _page(page: list[StoredChunk], follower: StreamFollower) -> bytes:
     # The stored JSON goes out as it is: a chunk is never parsed or serialised again per client.
-    return "".join([f"id: {sequence}\r\ndata: {body}\r\n\r\n" for sequence, body in page]).encode()
+    events = "".join([f"id: {sequence}\r\ndata: {body}\r\n\r\n" for sequence, body in page])
+    if follower.status is not None:
+        end = ServerSentEvent(data=json.dumps({"status": follower.status}), event="end")
+        return events.encode() + end.encode()
+    return events.encode()
