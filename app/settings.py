@@ -28,7 +28,7 @@ class Settings(BaseSettings):
     takeover_interval: float = Field(5.0, gt=0)
     """How often to look for sessions whose owner is gone."""
     stream_heartbeat: float = Field(15.0, gt=0)
-    """Seconds between SSE comment heartbeats on an idle stream."""
+    """Seconds an SSE stream may stay quiet before it sends a comment heartbeat."""
     stream_poll: float = Field(1.0, gt=0)
     """Longest wait for a stream's wake-up before re-reading the store."""
     flush_delay: float = Field(0.005, ge=0)

@@ -6,6 +6,7 @@ process sharing the store can serve any stream.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncGenerator, AsyncIterator
 
 from app.protocol import STOPPED_STATUSES, Chunk, SessionStatus, chunk_from_json
@@ -36,13 +37,17 @@ class StreamFollower:
             for _, body in page:
                 yield chunk_from_json(body)
 
-    async def pages(self) -> AsyncGenerator[list[StoredChunk]]:
+    async def pages(self, *, idle: float | None = None) -> AsyncGenerator[list[StoredChunk]]:
         """The same chunks as stored (sequence and wire JSON), a page of what the store had at a
         time, for writers that send the bytes of a page at once. The first page comes at once,
         even empty: `StreamNotFoundError` is raised instead when the stream does not exist.
-        So does the last, with `status` already set, so a writer can send the end with it."""
+        So does the last, with `status` already set, so a writer can send the end with it.
+        With `idle`, an empty page also comes after that many seconds without one: a writer's
+        cue for a heartbeat."""
+        clock = time.monotonic
         async with self.store.watch_stream(self.stream_id) as watch:
             first = True
+            quiet_since = clock()
             while True:
                 page = await watch.read(after=self.after, limit=PAGE_SIZE)
                 # A short page holds every chunk the stream had when its status was read, but
@@ -50,12 +55,21 @@ class StreamFollower:
                 last = len(page.chunks) < PAGE_SIZE and page.status in STOPPED_STATUSES
                 if last:
                     self.status = page.status
-                if page.chunks or first or last:
+                if (
+                    page.chunks
+                    or first
+                    or last
+                    or (idle is not None and clock() - quiet_since >= idle)
+                ):
                     first = False
                     if page.chunks:
                         self.after = page.chunks[-1][0]
                     yield page.chunks
+                    quiet_since = clock()
                 if last:
                     return
                 if len(page.chunks) < PAGE_SIZE:
-                    await watch.wait(self.poll)
+                    wait = self.poll
+                    if idle is not None:
+                        wait = min(wait, max(idle - (clock() - quiet_since), 0.0))
+                    await watch.wait(wait)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 from collections import Counter
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import httpx
 from app.agents import AgentRegistry
 from app.api.app import YOUNG_COLLECTION_THRESHOLD
 from app.settings import Settings
+from app.store.sql import SqlStore
 from tests.api.conftest import Server, read_stream, serve
 from tests.databases import database_url
 from tests.runtime.agents import Calls, adder, delegator
@@ -19,6 +21,9 @@ from tests.runtime.test_client_tools import client_agent
 from tests.support import check_invariants
 
 START = {"agentType": "parent", "message": "sum things"}
+
+assert SqlStore  # imported now, not by the first server a test starts itself: importing the SQL
+# store takes the loop about 0.5 s, which the loop watchdog would count against that test.
 
 
 async def wait_status(client: httpx.AsyncClient, session_id: str, status: str) -> dict[str, object]:
@@ -308,3 +313,31 @@ async def test_start_up_settles_the_collector(tmp_path: Path) -> None:
     async with serve(registry, Calls(), settings):
         assert gc.get_freeze_count() > 0
         assert gc.get_threshold() == (YOUNG_COLLECTION_THRESHOLD, 10, 10)
+
+
+async def test_a_quiet_stream_sends_a_heartbeat_each_period_it_is_quiet(tmp_path: Path) -> None:
+    calls = Calls()
+    settings = Settings(
+        database_url=f"sqlite+aiosqlite:///{tmp_path}/idle.db",
+        stream_heartbeat=0.15,
+        stream_poll=1.0,
+    )
+    # Each model call takes 0.5 s, so the stream is quiet for 0.5 s at a time.
+    registry = AgentRegistry([delegator(calls, adder(calls, latency=0.5), latency=0.5)])
+    async with (
+        serve(registry, calls, settings) as server,
+        httpx.AsyncClient(base_url=server.url, timeout=10) as client,
+    ):
+        await client.post("/start", json={**START, "sessionId": "idle"})
+        blocks: list[tuple[float, str]] = []
+        async with client.stream("GET", "/stream/idle") as response:
+            started = asyncio.get_running_loop().time()
+            async for text in response.aiter_text():
+                now = asyncio.get_running_loop().time() - started
+                blocks += [(now, block) for block in text.split("\r\n\r\n") if block]
+    heartbeats = [at for at, block in blocks if block == ": ping"]
+    events = [block for _, block in blocks if block.startswith(("id:", "event:"))]
+    assert events[-1] == 'event: end\r\ndata: {"status": "completed"}'
+    # Four quiet model calls of 0.5 s: about three heartbeats in each, never two at once.
+    assert 6 <= len(heartbeats) <= 16, blocks
+    assert all(b - a >= 0.1 for a, b in itertools.pairwise(heartbeats)), heartbeats
