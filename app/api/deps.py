@@ -1,18 +1,19 @@
-"""Request dependencies: the runtime the app's lifespan opened. They are `async def` so FastAPI
-runs them inline, not in its thread pool."""
+"""What a request handler needs from the app: the runtime its lifespan opened, and its settings.
+
+Handlers take the `Request` and call these, rather than declaring them as FastAPI dependencies:
+each `Depends` costs FastAPI a dependency resolution per request (about 80,000 instructions,
+2.4% of a peer tree over HTTP for the two that `/start` and `/stream` had)."""
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import Depends, Request
+from fastapi import Request
 
 from app.errors import LifecycleError
 from app.runtime import AgentRuntime
 from app.settings import Settings
 
 
-async def get_runtime(request: Request) -> AgentRuntime:
+def runtime_of(request: Request) -> AgentRuntime:
     """The app's runtime (available between start-up and shutdown)."""
     runtime: AgentRuntime | None = getattr(request.app.state, "runtime", None)
     if runtime is None:
@@ -20,11 +21,7 @@ async def get_runtime(request: Request) -> AgentRuntime:
     return runtime
 
 
-async def get_settings(request: Request) -> Settings:
+def settings_of(request: Request) -> Settings:
     """The app's settings."""
     settings: Settings = request.app.state.settings
     return settings
-
-
-Runtime = Annotated[AgentRuntime, Depends(get_runtime)]
-AppSettings = Annotated[Settings, Depends(get_settings)]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from app.agents import AgentConfig, AgentRegistry, SubAgentTool
-from app.api.deps import Runtime
+from app.api.deps import runtime_of
 from app.protocol.api import AgentInfo
 
 router = APIRouter(tags=["agents"])
@@ -39,8 +39,8 @@ def _describe(agent: AgentConfig, input_schema: dict[str, Any] | None) -> AgentI
 
 
 @router.get("/agents", response_model=list[AgentInfo], summary="The registered agents")
-async def agents(runtime: Runtime) -> JSONResponse:
+async def agents(request: Request) -> JSONResponse:
     """The agents this server runs, with their input and output JSON schemas and tools."""
     return JSONResponse(
-        [info.model_dump(by_alias=True) for info in describe_agents(runtime.registry)]
+        [info.model_dump(by_alias=True) for info in describe_agents(runtime_of(request).registry)]
     )

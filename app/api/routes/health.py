@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from app.api.deps import Runtime
+from app.api.deps import runtime_of
 from app.api.errors import error_response
 
 router = APIRouter(tags=["health"])
@@ -18,10 +18,10 @@ async def healthz() -> dict[str, str]:
 
 
 @router.get("/readyz", summary="Readiness")
-async def readyz(runtime: Runtime) -> JSONResponse:
+async def readyz(request: Request) -> JSONResponse:
     """The process is up and its store answers (503 otherwise)."""
     try:
-        await runtime.store.find_session_by_idempotency_key("readyz")
+        await runtime_of(request).store.find_session_by_idempotency_key("readyz")
     except Exception as exc:
         return error_response(503, "store_unavailable", f"The store does not answer: {exc}")
     return JSONResponse({"status": "ready"})

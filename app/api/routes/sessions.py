@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Header, Path
+from fastapi import APIRouter, Body, Header, Path, Request
 from fastapi.responses import JSONResponse
 
-from app.api.deps import Runtime
+from app.api.deps import runtime_of
 from app.errors import SessionExistsError, SessionNotFoundError, SessionNotResumableError
 from app.ids import SESSION_ID_PATTERN, validate_session_id
 from app.protocol.api import (
@@ -19,6 +19,7 @@ from app.protocol.api import (
     StartRequest,
     StartResponse,
 )
+from app.runtime import AgentRuntime
 from app.store import SessionRecord
 
 router = APIRouter(tags=["sessions"])
@@ -49,7 +50,7 @@ def _answer(record: SessionRecord, status_code: int) -> JSONResponse:
     summary="Start a session",
 )
 async def start(
-    runtime: Runtime,
+    request: Request,
     body: Annotated[
         StartRequest,
         Body(
@@ -74,6 +75,7 @@ async def start(
     """Start a root session of `agentType` and answer as soon as it is stored; the run goes on
     without the client. A repeated `Idempotency-Key`, or the id of a running session, answers
     200 with that session and starts nothing; the id of a stopped session is 409."""
+    runtime = runtime_of(request)
     runtime.registry.get(body.agent_type)
     existing = await _existing(runtime, body, idempotency_key)
     if existing is not None:
@@ -103,7 +105,7 @@ async def start(
 
 
 async def _existing(
-    runtime: Runtime, body: StartRequest, idempotency_key: str | None
+    runtime: AgentRuntime, body: StartRequest, idempotency_key: str | None
 ) -> JSONResponse | None:
     record = None
     if idempotency_key is not None:
@@ -128,9 +130,9 @@ async def _existing(
     responses=ERRORS,
     summary="A session's status",
 )
-async def status(runtime: Runtime, session_id: SessionId) -> JSONResponse:
+async def status(request: Request, session_id: SessionId) -> JSONResponse:
     """The session's status, output or error, stream position and sub-session references."""
-    view = await runtime.status(session_id)
+    view = await runtime_of(request).status(session_id)
     return JSONResponse(view.model_dump(by_alias=True))
 
 
@@ -145,14 +147,14 @@ async def status(runtime: Runtime, session_id: SessionId) -> JSONResponse:
     summary="Interrupt a session and its running children",
 )
 async def interrupt(
-    runtime: Runtime,
+    request: Request,
     session_id: SessionId,
     body: Annotated[InterruptRequest | None, Body()] = None,
 ) -> JSONResponse:
     """Stop the session and every running descendant, wherever they run (202). Idempotent; a
     session that is not running is left as it is (200)."""
     reason = body.reason if body is not None else None
-    status = await runtime.interrupt(session_id, reason)
+    status = await runtime_of(request).interrupt(session_id, reason)
     requested = status == "running"
     answer = InterruptResponse(session_id=session_id, status=status, interrupt_requested=requested)
     return JSONResponse(answer.model_dump(by_alias=True), status_code=202 if requested else 200)
@@ -165,13 +167,14 @@ async def interrupt(
     summary="Resume or continue a session",
 )
 async def resume(
-    runtime: Runtime,
+    request: Request,
     session_id: SessionId,
     body: Annotated[ResumeRequest | None, Body()] = None,
 ) -> JSONResponse:
     """Resume an interrupted session from its last committed step, or continue a finished one
     with a new `message`; 409 while it runs."""
     body = body or ResumeRequest()
+    runtime = runtime_of(request)
     handle = await runtime.resume(
         session_id,
         body.message,

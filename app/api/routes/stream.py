@@ -7,10 +7,10 @@ import json
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Path, Query
+from fastapi import APIRouter, Header, Path, Query, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from app.api.deps import AppSettings, Runtime
+from app.api.deps import runtime_of, settings_of
 from app.ids import SESSION_ID_PATTERN
 from app.protocol.api import ErrorBody
 from app.runtime import StreamFollower
@@ -46,8 +46,7 @@ STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {
     summary="Follow a run's stream",
 )
 async def stream(
-    runtime: Runtime,
-    settings: AppSettings,
+    request: Request,
     stream_id: Annotated[str, Path(pattern=SESSION_ID_PATTERN)],
     from_sequence: Annotated[
         int, Query(alias="fromSequence", ge=0, description="Send the chunks after this one.")
@@ -63,6 +62,8 @@ async def stream(
 ) -> EventSourceResponse:
     """Replay the stored chunks after the given sequence, then follow the live tail until the run
     stops. A client that disconnects never affects the run; it reconnects with `Last-Event-ID`."""
+    runtime = runtime_of(request)
+    settings = settings_of(request)
     after = from_sequence
     if last_event_id is not None and last_event_id.strip():
         after = int(last_event_id)
