@@ -121,10 +121,15 @@ class WriteLanes:
         if self._unplaced:
             return 0
         held = self._held
-        lanes = {place[0] for stream_id in streams if (place := held.get(stream_id)) is not None}
-        if len(lanes) > 1:
-            return None
-        return lanes.pop() if lanes else next(self._rotation)
+        lane = None
+        for stream_id in streams:
+            place = held.get(stream_id)
+            if place is not None:
+                if lane is None:
+                    lane = place[0]
+                elif place[0] != lane:
+                    return None
+        return next(self._rotation) if lane is None else lane
 
     def _settle(self, entry: _Entry) -> None:
         """Its lane is done with the batch: what it held back may go."""

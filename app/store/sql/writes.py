@@ -48,15 +48,17 @@ def stream_change_payload(origin: str, stream_id: str, sequence: int | str, stat
 
 def batch_size(batch: WriteBatch) -> int:
     """How many rows the batch writes, roughly: what bounds a group's size."""
-    return (
+    size = (
         len(batch.new_sessions)
         + len(batch.updated_sessions)
         + len(batch.cleared_messages)
         + len(batch.messages)
         + len(batch.refs)
-        + sum(len(append.chunks) for append in batch.chunks)
         + len(batch.streams)
     )
+    for append in batch.chunks:
+        size += len(append.chunks)
+    return size
 
 
 class _Known:
