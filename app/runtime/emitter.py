@@ -58,7 +58,8 @@ class StreamWriter:
         """Ref updates that describe queued chunks (a remote child's last copied sequence):
         committed with them, the latest per ref."""
         self._flush_timer: asyncio.TimerHandle | None = None
-        self._flushes: set[asyncio.Task[None]] = set()
+        self._flushes: set[asyncio.Future[None]] = set()
+        """Outcomes of the timer's flushes still in flight."""
         self._failure: BaseException | None = None
         self._leader: asyncio.Future[None] | None = None
         self._behind: list[tuple[WriteBatch, bool, asyncio.Future[None]]] = []
@@ -221,14 +222,13 @@ class StreamWriter:
         self._flush_timer = None
         if not (self._queue or self._tracked) or self._failure is not None:
             return
-        task = asyncio.get_running_loop().create_task(self._flush())
-        self._flushes.add(task)
-        task.add_done_callback(self._flushes.discard)
-
-    async def _flush(self) -> None:
-        # A failure is kept in `_failure`: the run's next commit raises it.
+        # Handed over from the timer itself, without a task to await it: a failure is kept in
+        # `_failure` (the run's next commit raises it), and `drain` waits for the outcome.
         with contextlib.suppress(Exception):
-            await self.commit(WriteBatch())
+            outcome = self.submit(WriteBatch())
+            if not outcome.done():
+                self._flushes.add(outcome)
+                outcome.add_done_callback(self._flushes.discard)
 
 
 def _relay(source: asyncio.Future[None], target: asyncio.Future[None]) -> None:
