@@ -22,8 +22,8 @@ RECONNECT_MS = 1000
 """The `retry:` a browser's EventSource waits before it reconnects by itself."""
 
 HEARTBEAT = ServerSentEvent(comment="ping").encode()
-"""What an idle stream sends every `STREAM_HEARTBEAT` seconds: a comment, which keeps proxies
-from closing the connection and which clients ignore."""
+"""What a stream sends after each `STREAM_HEARTBEAT` seconds without a chunk: a comment, which
+keeps proxies from closing the connection and which clients ignore."""
 
 STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
@@ -74,8 +74,8 @@ async def stream(
     except BaseException:
         await pages.aclose()
         raise
-    # The heartbeat is the follower's idle page, not sse-starlette's ping, whose task (with
-    # its timer, lock and cancel scope) cost a fifth of the server's CPU per short stream.
+    # The heartbeat is the follower's idle page, not sse-starlette's ping: its task (a timer,
+    # a lock per ping, a cancel scope) cost 1.8% of the instructions of a peer tree over HTTP.
     return EventSourceResponse(
         _events(follower, first, pages),
         ping=0,
