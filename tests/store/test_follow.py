@@ -203,3 +203,27 @@ async def test_a_tail_keeps_the_last_chunks_and_older_ones_are_read_from_the_dat
             page = await watch.read(after=total - TAIL_CHUNKS - 1, limit=1000)
             assert page.chunks == bodies(*range(total - TAIL_CHUNKS, total + 1))
             assert reads == [0, total - TAIL_CHUNKS - 1]
+
+
+async def test_a_poll_older_than_the_tail_does_not_make_tail_reads_stale(sql_url: str) -> None:
+    async with SqlStore(sql_url) as store:
+        await store.commit(
+            WriteBatch(
+                chunks=[ChunkAppend("s", [delta(1), delta(2)])],
+                streams=[StreamUpdate("s", "running")],
+            )
+        )
+        async with store.watch_stream("s") as watch:
+            assert (await watch.read(after=0, limit=10)).chunks == bodies(1, 2)
+            await store.commit(WriteBatch(chunks=[ChunkAppend("s", [delta(3)])]))
+            # The poller's read began before chunk 3 landed and ends after it.
+            store._waiters.observe("s", (2, "running"))
+            page = await watch.read(after=2, limit=10)
+            assert (page.chunks, page.last_sequence) == (bodies(3), 3)
+            # The tail's page is newer than the poll, not stale: the wait waits. Were it stale,
+            # every wait would return at once and the tail answer every read without a pause,
+            # so a follower would spin and never give the loop back.
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            await watch.wait(0.2)
+            assert loop.time() - started >= 0.15

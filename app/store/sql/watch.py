@@ -111,13 +111,21 @@ class StreamWaiters:
     def note(self, stream_id: str, progress: Progress | None) -> bool:
         """Record what a waiter read after registering; False when it is already stale."""
         waited = self._streams[stream_id]
-        if waited.known is UNKNOWN:
+        known = waited.known
+        if known is UNKNOWN:
             if any(_newer(change, progress) for change in waited.pending):
                 return False
             waited.known = progress
             waited.pending.clear()
             return True
-        return waited.known == progress
+        if known is not None and progress is not None and progress[0] > known[0]:
+            # The read went further than what was known: it came from this process's tail,
+            # past a poll that read the store before this process's last commit. It is the
+            # newest view, not a stale one (judged stale, every tail read would be, and a
+            # follower would read and "wake" forever without giving the loop back).
+            waited.known = progress
+            return True
+        return known == progress
 
     def release(self, stream_id: str) -> None:
         """Stop waiting on the stream."""
