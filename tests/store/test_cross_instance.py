@@ -60,6 +60,24 @@ async def test_a_chunk_committed_by_one_instance_wakes_a_watch_in_the_other(
         ]
 
 
+async def test_one_commit_to_many_streams_wakes_watches_of_each_of_them(
+    pair: tuple[SqlStore, SqlStore],
+) -> None:
+    writer, reader = pair
+    # Long ids, so the group's notification is split to stay under PostgreSQL's payload limit.
+    ids = [f"stream-{n:03d}-" + "x" * 180 for n in range(60)]
+    async with contextlib.AsyncExitStack() as stack:
+        watches = [await stack.enter_async_context(reader.watch_stream(i)) for i in ids]
+        for watch in watches:
+            with contextlib.suppress(StreamNotFoundError):
+                await watch.read(after=0, limit=10)
+        waiters = [asyncio.create_task(watch.wait(10)) for watch in watches]
+        await asyncio.sleep(0.05)
+        assert not any(waiter.done() for waiter in waiters)
+        await writer.commit(WriteBatch(chunks=[ChunkAppend(i, [delta(i, 1)]) for i in ids]))
+        assert await timed(asyncio.gather(*waiters)) < WAKE_LIMIT
+
+
 async def test_a_commit_between_a_watch_read_and_its_wait_is_not_missed(
     pair: tuple[SqlStore, SqlStore],
 ) -> None:

@@ -189,14 +189,18 @@ class PgListener:
         self._lost.set()
 
     def _notified(self, _connection: Any, _pid: int, channel: str, payload: str) -> None:
-        if payload.startswith(f"{self._origin} "):
-            return
         if channel == STREAM_CHANNEL:
-            _, sequence, status, stream_id = payload.split(" ", 3)
-            self._on_stream(
-                stream_id,
-                int(sequence) if sequence.isdigit() else None,
-                None if status == "-" else status,
-            )
+            origin, _, changes = payload.partition("\n")
+            if origin == self._origin:
+                return
+            for change in changes.split("\n"):
+                sequence, status, stream_id = change.split(" ", 2)
+                self._on_stream(
+                    stream_id,
+                    int(sequence) if sequence.isdigit() else None,
+                    None if status == "-" else status,
+                )
         else:
-            self._on_interrupt(payload.partition(" ")[2])
+            origin, _, session_id = payload.partition(" ")
+            if origin != self._origin:
+                self._on_interrupt(session_id)

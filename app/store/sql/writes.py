@@ -40,10 +40,28 @@ from app.store.sql.queries import (
 )
 from app.store.sql.rows import chunk_body, message_body, ref_row, session_row, session_update_row
 
+NOTIFY_PAYLOAD_LIMIT = 7_900
+"""Bytes a notification's payload stays under (PostgreSQL refuses 8,000 or more)."""
 
-def stream_change_payload(origin: str, stream_id: str, sequence: int | str, status: str) -> str:
-    """A stream notification: `<origin> <last sequence or -> <new status or -> <stream id>`."""
-    return f"{origin} {sequence} {status} {stream_id}"
+
+def stream_change_payloads(origin: str, changes: Sequence[tuple[str, int | str, str]]) -> list[str]:
+    """The notifications of a group's stream changes, as few as fit: `<origin>`, then one line
+    per stream, `<last sequence or -> <new status or -> <stream id>` (stream ids hold no space
+    or newline). One notification per group, not per stream: every listening process, this one
+    included, handles each notification it is sent."""
+    payloads: list[str] = []
+    lines = [origin]
+    size = len(origin)
+    for stream_id, sequence, status in changes:
+        line = f"{sequence} {status} {stream_id}"
+        if size + 1 + len(line) > NOTIFY_PAYLOAD_LIMIT and len(lines) > 1:
+            payloads.append("\n".join(lines))
+            lines, size = [origin], len(origin)
+        lines.append(line)
+        size += 1 + len(line)
+    if len(lines) > 1:
+        payloads.append("\n".join(lines))
+    return payloads
 
 
 def batch_size(batch: WriteBatch) -> int:
@@ -119,10 +137,9 @@ class Plan:
         }
         for stream_id, row in self.statuses.items():
             touched[stream_id] = (touched.get(stream_id, ("-", "-"))[0], row["status"])
-        return [
-            stream_change_payload(origin, stream_id, sequence, status)
-            for stream_id, (sequence, status) in sorted(touched.items())
-        ]
+        return stream_change_payloads(
+            origin, [(stream_id, *change) for stream_id, change in sorted(touched.items())]
+        )
 
 
 def _expectations(batches: Sequence[WriteBatch]) -> tuple[_Known, dict[str, Any]]:
