@@ -20,7 +20,7 @@ one executemany per table on SQLite.
 
 from __future__ import annotations
 
-from collections.abc import Container, Sequence
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,15 +44,18 @@ NOTIFY_PAYLOAD_LIMIT = 7_900
 """Bytes a notification's payload stays under (PostgreSQL refuses 8,000 or more)."""
 
 
-def stream_change_payloads(origin: str, changes: Sequence[tuple[str, int | str, str]]) -> list[str]:
-    """The notifications of a group's stream changes, as few as fit: `<origin>`, then one line
-    per stream, `<last sequence or -> <new status or -> <stream id>` (stream ids hold no space
-    or newline). One notification per group, not per stream: every listening process, this one
-    included, handles each notification it is sent."""
+def stream_change_payloads(
+    origin: str, changes: Iterable[tuple[str, tuple[int | str, str]]]
+) -> list[str]:
+    """The notifications of a group's stream changes (stream id, then its last sequence and new
+    status, "-" where unchanged), as few as fit: `<origin>`, then one line per stream,
+    `<sequence> <status> <stream id>` (all ASCII; stream ids hold no space or newline). One
+    notification per group, not per stream: every listening process, this one included,
+    handles each notification it is sent."""
     payloads: list[str] = []
     lines = [origin]
     size = len(origin)
-    for stream_id, sequence, status in changes:
+    for stream_id, (sequence, status) in changes:
         line = f"{sequence} {status} {stream_id}"
         if size + 1 + len(line) > NOTIFY_PAYLOAD_LIMIT and len(lines) > 1:
             payloads.append("\n".join(lines))
@@ -137,9 +140,7 @@ class Plan:
         }
         for stream_id, row in self.statuses.items():
             touched[stream_id] = (touched.get(stream_id, ("-", "-"))[0], row["status"])
-        return stream_change_payloads(
-            origin, [(stream_id, *change) for stream_id, change in sorted(touched.items())]
-        )
+        return stream_change_payloads(origin, sorted(touched.items()))
 
 
 def _expectations(batches: Sequence[WriteBatch]) -> tuple[_Known, dict[str, Any]]:
