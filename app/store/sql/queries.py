@@ -258,10 +258,26 @@ class Queries:
             )
             .values(owner_id=bindparam("b_owner_id"), lease_expires_at=bindparam("expires"))
         )
+        ours = sessions.c.owner_id == bindparam("b_owner_id")
         self.renew = driver(
             update(sessions)
             .where(among(sessions.c.session_id, "ids"))
-            .where(sessions.c.owner_id == bindparam("b_owner_id"))
+            .where(ours)
+            .values(lease_expires_at=bindparam("expires"))
+            .returning(sessions.c.session_id)
+        )
+        # A renewal of many sessions must not wait for one while holding others: a group commit
+        # may hold that one and wait for them (PostgreSQL then aborts one of the two after a
+        # second). So it takes only the rows no one holds; `renew` takes the rest one by one.
+        unheld = (
+            select(sessions.c.session_id)
+            .where(among(sessions.c.session_id, "ids"))
+            .where(ours)
+            .with_for_update(key_share=True, skip_locked=True)
+        )
+        self.renew_unheld = driver(
+            update(sessions)
+            .where(sessions.c.session_id.in_(unheld.scalar_subquery()))
             .values(lease_expires_at=bindparam("expires"))
             .returning(sessions.c.session_id)
         )

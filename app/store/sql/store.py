@@ -260,10 +260,19 @@ class SqlStore(StateStore):
             "b_owner_id": owner_id,
             "expires": now_ms() + lease_ms,
         }
+        queries = self._queries
         with translate_errors("renew leases"):
             async with self._connections.acquire() as conn:
-                rows = await conn.fetch(self._queries.renew, params)
-        return {session_id for (session_id,) in rows}
+                rows = await conn.fetch(queries.renew_unheld, params)
+                held = {session_id for (session_id,) in rows}
+                # Those a commit held (or that are not ours): each in a statement of its own,
+                # which may wait for that commit, holding nothing it could wait for in turn.
+                for session_id in session_ids:
+                    if session_id not in held:
+                        params["ids"] = queries.ids([session_id])
+                        rows = await conn.fetch(queries.renew, params)
+                        held.update(session_id for (session_id,) in rows)
+        return held
 
     async def release_session(self, session_id: str, owner_id: str) -> None:
         """Give up our lease on the session."""
