@@ -1,5 +1,6 @@
-"""PostgreSQL: the store's statements never wait for a row lock while holding another, so they
-cannot deadlock with each other (PostgreSQL would abort one after `deadlock_timeout`, 1 s)."""
+"""PostgreSQL: a lease renewal never waits for one session's row while holding another's, so it
+cannot deadlock with a group commit (PostgreSQL would abort one of them after `deadlock_timeout`,
+1 s). Group commits of different write lanes touch different sessions."""
 
 from __future__ import annotations
 

@@ -269,8 +269,8 @@ class SqlStore(StateStore):
                 # which may wait for that commit, holding nothing it could wait for in turn.
                 for session_id in session_ids:
                     if session_id not in held:
-                        params["ids"] = queries.ids([session_id])
-                        rows = await conn.fetch(queries.renew, params)
+                        one = {**params, "ids": queries.ids([session_id])}
+                        rows = await conn.fetch(queries.renew, one)
                         held.update(session_id for (session_id,) in rows)
         return held
 
