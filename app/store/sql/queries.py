@@ -259,16 +259,17 @@ class Queries:
             .values(owner_id=bindparam("b_owner_id"), lease_expires_at=bindparam("expires"))
         )
         ours = sessions.c.owner_id == bindparam("b_owner_id")
-        self.renew = driver(
+        # A renewal of many sessions must not wait for one while holding others: a group commit
+        # may hold that one and wait for them (PostgreSQL then aborts one of the two after a
+        # second). So `renew_unheld` takes only the rows no one holds, and `renew_one` each of
+        # the rest: one session a statement, which may wait, holding nothing.
+        self.renew_one = driver(
             update(sessions)
-            .where(among(sessions.c.session_id, "ids"))
+            .where(sessions.c.session_id == bindparam("b_session_id"))
             .where(ours)
             .values(lease_expires_at=bindparam("expires"))
             .returning(sessions.c.session_id)
         )
-        # A renewal of many sessions must not wait for one while holding others: a group commit
-        # may hold that one and wait for them (PostgreSQL then aborts one of the two after a
-        # second). So it takes only the rows no one holds; `renew` takes the rest one by one.
         unheld = (
             select(sessions.c.session_id)
             .where(among(sessions.c.session_id, "ids"))

@@ -265,12 +265,11 @@ class SqlStore(StateStore):
             async with self._connections.acquire() as conn:
                 rows = await conn.fetch(queries.renew_unheld, params)
                 held = {session_id for (session_id,) in rows}
-                # Those a commit held (or that are not ours): each in a statement of its own,
-                # which may wait for that commit, holding nothing it could wait for in turn.
+                # Those a commit held (or that are not ours), one by one (see `renew_one`).
                 for session_id in session_ids:
                     if session_id not in held:
-                        one = {**params, "ids": queries.ids([session_id])}
-                        rows = await conn.fetch(queries.renew, one)
+                        one = {**params, "b_session_id": session_id}
+                        rows = await conn.fetch(queries.renew_one, one)
                         held.update(session_id for (session_id,) in rows)
         return held
 
