@@ -264,14 +264,14 @@ class SqlStore(StateStore):
         with translate_errors("renew leases"):
             async with self._connections.acquire() as conn:
                 rows = await conn.fetch(queries.renew_unheld, params)
-                held = {session_id for (session_id,) in rows}
+                renewed = {session_id for (session_id,) in rows}
                 # Those a commit held (or that are not ours), one by one (see `renew_one`).
                 for session_id in session_ids:
-                    if session_id not in held:
+                    if session_id not in renewed:
                         one = {**params, "b_session_id": session_id}
                         rows = await conn.fetch(queries.renew_one, one)
-                        held.update(session_id for (session_id,) in rows)
-        return held
+                        renewed.update(session_id for (session_id,) in rows)
+        return renewed
 
     async def release_session(self, session_id: str, owner_id: str) -> None:
         """Give up our lease on the session."""
