@@ -4,21 +4,36 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install run test check lint format typecheck bench clean browser
+.PHONY: install install-serve run test check lint format typecheck bench faults clean browser js lock
 
+# `make run` installs what serving needs, exactly as locked (requirements.lock, the image's
+# too); `make install` (and so `make test`) adds the development tools on top.
+install-serve: $(VENV)/.installed-serve
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed-serve: requirements.lock pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet --require-hashes -r requirements.lock
+	$(PY) -m pip install --quiet --no-deps -e .
+	touch $@
+
+$(VENV)/.installed: $(VENV)/.installed-serve
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $@
 
-run: install
-	$(VENV)/bin/uvicorn app.main:app --host $(HOST) --port $(PORT)
+# The server command: checks the configuration and the database, then serves with
+# WEB_CONCURRENCY workers (see README, Operations).
+run: install-serve
+	$(PY) -m app.serve --host $(HOST) --port $(PORT)
+
+# Re-lock the serving dependencies after changing them in pyproject.toml.
+lock: install
+	$(VENV)/bin/uv pip compile pyproject.toml --universal --python-version 3.11 \
+	  --generate-hashes --quiet -o requirements.lock
 
 # Lint, type-check, then the whole suite (PostgreSQL tests included; required when CI is set).
-test: install lint typecheck browser
+test: install lint typecheck browser js
 	$(PY) -m pytest --cov --cov-report=term --cov-fail-under=85
 
 # The browser test drives Debian's Chromium: install it when it is missing and apt-get can (as
@@ -36,6 +51,13 @@ browser:
 	  fi; \
 	}
 
+# The official JavaScript clients (AI SDK, AG-UI) and playwright-core, pinned by the lock file.
+js: tests/js/node_modules/.installed
+
+tests/js/node_modules/.installed: tests/js/package.json tests/js/package-lock.json
+	cd tests/js && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
 lint: install
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
@@ -50,5 +72,13 @@ typecheck: install
 bench: install
 	$(PY) bench/peer_tree.py
 
+# The fault-injection suite at scale: FAULT_SCENARIOS seeded scenarios per store (default
+# 2,000) with their figures, then the process-level fault tests, the 30 s restarts included.
+FAULT_SCENARIOS ?= 2000
+faults: install
+	@$(PY) bench/faults.py --scenarios $(FAULT_SCENARIOS); scenarios=$$?; \
+	FAULT_LONG=1 $(PY) -m pytest tests/faults/test_processes.py tests/faults/test_cases.py; \
+	cases=$$?; exit $$(( scenarios || cases ))
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .coverage data
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .coverage data tests/js/node_modules

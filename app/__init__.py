@@ -1,6 +1,6 @@
 """A durable agent server: LLM agents with in-process, parallel, nested and remote sub-agents.
 
-The public API (DESIGN.md section 3) is re-exported here and nothing else.
+The public API is re-exported here and nothing else (a test pins the names).
 """
 
 from app.agents import (

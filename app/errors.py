@@ -8,7 +8,7 @@ Store and transport errors sit beside them. Each class's docstring is its defaul
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 
 class AgentServerError(Exception):
@@ -18,8 +18,14 @@ class AgentServerError(Exception):
     http_status: ClassVar[int] = 500
 
     def __init__(self, message: str | None = None) -> None:
-        self.message = message or (self.__doc__ or self.code).strip()
+        self.message = message or self.default_message()
         super().__init__(self.message)
+
+    @classmethod
+    def default_message(cls) -> str:
+        """The class's docstring: what any error of the class means, with no detail of this one
+        (what a client of a server error is told, while the detail goes to the log)."""
+        return (cls.__doc__ or cls.code).strip()
 
 
 # -- definition time ------------------------------------------------------------------------------
@@ -109,6 +115,12 @@ class AgentNotFoundError(NotFoundError):
     code = "agent_not_found"
 
 
+class ParentSessionNotFoundError(SessionNotFoundError):
+    """The parent session is not stored here, and the session id is not its remote child's."""
+
+    code = "parent_session_not_found"
+
+
 class StreamNotFoundError(NotFoundError):
     """Stream not found."""
 
@@ -128,6 +140,19 @@ class SessionExistsError(ConflictError):
     code = "session_exists"
 
 
+class WriteConflictError(ConflictError):
+    """The write conflicts with what is stored: a message or chunk it adds takes a position
+    another write took (or a concurrent write created the same session meanwhile)."""
+
+    code = "write_conflict"
+
+
+class LeaseLostError(ConflictError):
+    """This process no longer holds the session's lease: another server runs it now."""
+
+    code = "lease_lost"
+
+
 class SessionRunningError(ConflictError):
     """The session is running."""
 
@@ -140,17 +165,50 @@ class SessionNotResumableError(ConflictError):
     code = "session_not_resumable"
 
 
+class AgentMismatchError(ConflictError):
+    """The session runs another agent than the request names."""
+
+    code = "agent_mismatch"
+
+
 class InvalidRequestError(AgentServerError):
     """The request is invalid."""
 
     code = "invalid_request"
     http_status = 422
 
+    def __init__(
+        self, message: str | None = None, *, details: list[dict[str, Any]] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.details = details
+        """Per-field problems (`loc`, `msg`), when there are several to tell apart."""
+
 
 class InvalidSessionIdError(InvalidRequestError):
     """Session ids match ^[A-Za-z0-9._:-]{1,200}$."""
 
     code = "invalid_session_id"
+
+
+class InvalidInputError(InvalidRequestError):
+    """The input does not fit the agent's input schema or its state schema."""
+
+    code = "invalid_input"
+
+
+class IdempotencyKeyReusedError(InvalidRequestError):
+    """This Idempotency-Key was used with a different request body: use a new key for a new
+    request, or send the first body again to get its session."""
+
+    code = "idempotency_key_reused"
+
+
+class UnsupportedMediaTypeError(AgentServerError):
+    """Request bodies are JSON: send `Content-Type: application/json`."""
+
+    code = "unsupported_media_type"
+    http_status = 415
 
 
 # -- infrastructure -------------------------------------------------------------------------------
@@ -163,10 +221,29 @@ class StoreError(AgentServerError):
     http_status = 503
 
 
+class StoreUnavailableError(StoreError):
+    """The state store cannot be reached right now (a lost connection, a timeout, a lock)."""
+
+    code = "store_unavailable"
+
+
+class StoreRefusedError(StoreError):
+    """The state store refused the data it was given (a value it cannot hold, a constraint)."""
+
+    code = "store_refused"
+
+
 class StoreClosedError(StoreError):
     """The state store is not open."""
 
     code = "store_closed"
+
+
+class UnavailableError(AgentServerError):
+    """The server is starting or stopping: retry shortly."""
+
+    code = "unavailable"
+    http_status = 503
 
 
 class LifecycleError(AgentServerError, RuntimeError):

@@ -8,6 +8,12 @@ store of `--store`). The client (httpx + httpx-sse, this process) runs each tree
 shared client would measure httpcore's pool, see `bench.support.http_client`); `conc` runs
 `--trees` trees at once, `seq` one after another.
 
+`--workers N` serves with the server command's N worker processes (`python -m app.serve`;
+the server's CPU figures are then every worker's); the calls are then checked from `/metrics`
+(every worker's), not from the `counters` agent (one worker's). `--tracing` turns OpenTelemetry
+on in the server, exporting over OTLP/HTTP to a sink in this process (its CPU is the client's);
+`--log-level` sets the server's LOG_LEVEL (default INFO: a line per run start and end).
+
 Before timing: one tree, checked from its stream (3 subagent_start before any subagent_end,
 `add` results 10, 11, 12, the parent's output naming all 3 results) and from the server's call
 counters (the `counters` agent: exactly 2 parent + 6 child model calls, 3 delegations, 3 adds);
@@ -25,6 +31,8 @@ loadavg and cpu_pressure_pct (PSI "some" avg10).
     .venv/bin/python bench/http_tree.py --store postgres                 # 100 trees, L = 50 ms
     .venv/bin/python bench/http_tree.py --store sqlite --scenario seq --trees 10
     .venv/bin/python bench/http_tree.py --all --rounds 3                 # medians per store
+    .venv/bin/python bench/http_tree.py --store postgres --workers 2     # two worker processes
+    .venv/bin/python bench/http_tree.py --store postgres --tracing       # spans exported
 
 Target: overhead ratio 2.0 or less on PostgreSQL at 100 concurrent trees, L = 50 ms.
 """
@@ -47,9 +55,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.lean_client import LeanClient
 from bench.support import (
+    OtlpSink,
     Usage,
     http_client,
+    machine_busy,
     noise,
+    otlp_sink,
     percentile,
     py_spy,
     run_rounds,
@@ -151,23 +162,56 @@ def moved(before: dict[str, int], after: dict[str, int], trees: int) -> None:
     assert delta == {k: v * trees for k, v in EXPECTED.items()}, delta
 
 
-async def measure(args: argparse.Namespace) -> dict[str, Any]:
+METRICS = {
+    "model_parent": ("agent_model_calls_total", {"agent_type": "parent"}),
+    "model_child": ("agent_model_calls_total", {"agent_type": "child"}),
+    "tool_delegate": ("agent_delegations_total", {"agent_type": "child"}),
+    "tool_add": ("agent_tool_calls_total", {"tool": "add"}),
+}
+
+
+async def scraped(client: httpx.AsyncClient) -> dict[str, int]:
+    """The same counts as `counters`, from `/metrics`: every worker's calls."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = (await client.get("/metrics")).text
+    counts = dict.fromkeys(METRICS, 0)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            for key, (name, labels) in METRICS.items():
+                if sample.name == name and labels.items() <= sample.labels.items():
+                    counts[key] += int(sample.value)
+    return counts
+
+
+async def measure(args: argparse.Namespace, sink: OtlpSink | None) -> dict[str, Any]:
     latency = args.latency_ms / 1000
     env = {"BENCH_LATENCY_MS": str(args.latency_ms)}
+    if args.log_level:
+        env["LOG_LEVEL"] = args.log_level
+    if sink is not None:
+        env.update(OTEL_EXPORTER_OTLP_ENDPOINT=sink.url, OTEL_SERVICE_NAME="bench")
+        if args.trace_ratio is not None:
+            env.update(
+                OTEL_TRACES_SAMPLER="parentbased_traceidratio",
+                OTEL_TRACES_SAMPLER_ARG=str(args.trace_ratio),
+            )
     timed = lean_tree if args.client == "lean" else tree
+    count = counters if args.workers is None else scraped
     async with (
         temporary_store(args.store) as url,
-        server(url, loop=args.loop, env=env) as running,
+        server(url, loop=args.loop, env=env, workers=args.workers) as running,
         http_client(running.url) as client,
     ):
-        before = await counters(client)
+        before = await count(client)
         _, chunks = await tree(running.url)
         check_tree(chunks)
-        moved(before, await counters(client), 1)
-        await asyncio.gather(*(timed(running.url) for _ in range(5)))
-        before = await counters(client)
+        moved(before, await count(client), 1)
+        await asyncio.gather(*(timed(running.url) for _ in range(5 * (args.workers or 1))))
+        before = await count(client)
         server_usage = running.usage()
         client_usage = Usage(os.getpid()).start()
+        machine = -machine_busy()
         started = time.perf_counter()
         async with py_spy(running.pid, args.profile), asyncio.timeout(args.timeout):
             if args.scenario == "seq":
@@ -178,7 +222,8 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         wall = time.perf_counter() - started
         server_usage.stop()
         client_usage.stop()
-        moved(before, await counters(client), args.trees)
+        machine += machine_busy()
+        moved(before, await count(client), args.trees)
     calls = 8 * args.trees
     ideal = 4 * latency * (args.trees if args.scenario == "seq" else 1)
     return {
@@ -196,9 +241,15 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         "server_cpu_ms_per_model_call": round(server_usage.cpu * 1000 / calls, 3),
         "cpu_floor_ratio": round(server_usage.cpu / ideal, 2) if ideal else None,
         **server_usage.figures("server"),
+        "machine_cores_busy": round(machine / wall, 2),
         **client_usage.figures("client"),
         "loop": args.loop,
         "client": args.client,
+        "workers": args.workers,
+        "tracing": sink is not None,
+        "trace_ratio": args.trace_ratio if sink is not None else None,
+        "otlp_requests": sink.requests if sink is not None else None,
+        "log_level": args.log_level or "INFO",
         **noise(),
         **versions(),
     }
@@ -221,6 +272,10 @@ def main() -> None:
     )
     parser.add_argument("--timeout", type=float, default=300.0, help="bound on the timed run (s)")
     parser.add_argument("--profile", help="py-spy the server's timed run into this file")
+    parser.add_argument("--workers", type=int, help="serve with N worker processes")
+    parser.add_argument("--tracing", action="store_true", help="OpenTelemetry on (OTLP sink)")
+    parser.add_argument("--trace-ratio", type=float, help="with --tracing: sample this share")
+    parser.add_argument("--log-level", help="the server's LOG_LEVEL (default INFO)")
     parser.add_argument("--all", action="store_true", help="every store, --rounds times")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--stores", default="sqlite,postgres")
@@ -259,7 +314,11 @@ def main() -> None:
         ]
         run_rounds(__file__, configs, args.rounds, keys)
         return
-    print(json.dumps(asyncio.run(measure(args))))
+    if args.tracing:
+        with otlp_sink() as sink:
+            print(json.dumps(asyncio.run(measure(args, sink))))
+    else:
+        print(json.dumps(asyncio.run(measure(args, None))))
 
 
 if __name__ == "__main__":

@@ -11,10 +11,14 @@ on only around the trees: imports, start-up and warm-up are left out.
     python bench/instructions.py --target http       # the app over ASGI (POST /start, GET /stream)
 
 `http` drives `create_app` through httpx's ASGI transport in one process, so uvicorn and the
-sockets are not counted and the client's own instructions are. Under valgrind the process runs
-some 40 times slower while the model's latency does not, so more work meets at each phase of the
-tree (larger commit groups) than in a timed run. Compare counts of two commits, not counts with
-times, and only on machines of one kind. A run takes 20-40 s.
+sockets are not counted and the client's own instructions are. With `--tracing`, spans are
+made, batched and encoded to OTLP protobuf (not sent: the HTTP post is left out); with `--logs
+text|json`, the server's log lines (INFO: a line per run start and end) are formatted and written
+to /dev/null. Neither is on by default, as in a server without OTEL_* and LOG_LEVEL=WARNING.
+Under valgrind the process runs some 40 times slower while the model's latency does not, so
+more work meets at each phase of the tree (larger commit groups) than in a timed run. Compare
+counts of two commits, not counts with times, and only on machines of one kind. A run takes
+20-40 s.
 """
 
 from __future__ import annotations
@@ -37,7 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import peer_tree
 
 from app import AgentRuntime
-from app.api.app import create_app, settle_collector
+from app.api.app import create_app
+from app.serve import settle_collector
 from app.settings import Settings
 from app.store import create_store
 
@@ -74,11 +79,40 @@ async def _http_tree(client: httpx.AsyncClient) -> None:
         raise RuntimeError(f"the tree did not complete: {stream.content[-300:]!r}")
 
 
+def _observe(tracing: bool, logs: str) -> None:
+    """Turn on what a server's environment would: tracing, and log lines at INFO."""
+    if logs != "none":
+        from app.observability.logs import configure_logging
+
+        configure_logging(logs, "INFO", stream=open(os.devnull, "w"))  # type: ignore[arg-type]  # noqa: SIM115
+    if tracing:
+        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import (
+            BatchSpanProcessor,
+            SpanExporter,
+            SpanExportResult,
+        )
+
+        from app.observability import tracing as traces
+
+        class Encoding(SpanExporter):
+            def export(self, spans: object) -> SpanExportResult:
+                encode_spans(spans).SerializeToString()  # type: ignore[arg-type]
+                return SpanExportResult.SUCCESS
+
+        provider = TracerProvider()
+        provider.add_span_processor(BatchSpanProcessor(Encoding()))
+        traces.install(provider)
+
+
 async def _over_asgi(trees: int) -> None:
     os.environ.setdefault("BENCH_LATENCY_MS", "50")
     from bench.agents import registry  # after the latency is set: it reads it at import
 
-    app = create_app(registry, settings=Settings(database_url="memory://"))
+    app = create_app(
+        registry, settings=Settings(database_url="memory://"), on_started=settle_collector
+    )
     transport = httpx.ASGITransport(app=app)
     async with (
         app.router.lifespan_context(app),
@@ -90,7 +124,7 @@ async def _over_asgi(trees: int) -> None:
         _count(False)
 
 
-def _measure(target: str, trees: int) -> int:
+def _measure(target: str, trees: int, extra: list[str]) -> int:
     """Run this script's child under callgrind; the instructions it counted."""
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind)")
@@ -107,6 +141,7 @@ def _measure(target: str, trees: int) -> int:
             target,
             "--trees",
             str(trees),
+            *extra,
         ]
         finished = subprocess.run(command, capture_output=True, text=True, check=False)
         collected = re.search(r"Collected : (\d+)", finished.stderr)
@@ -121,16 +156,21 @@ def main() -> None:
     parser.add_argument("--trees", type=int, default=100)
     parser.add_argument("--runs", type=int, default=1, help="counted runs (they agree to <1%%)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--tracing", action="store_true", help="spans made and encoded")
+    parser.add_argument("--logs", choices=["none", "text", "json"], default="none")
     args = parser.parse_args()
     if args.child:
+        _observe(args.tracing, args.logs)
         if args.target == "http":
             asyncio.run(_over_asgi(args.trees))
         else:
             asyncio.run(_in_process(args.target, args.trees))
         return
+    extra = ["--logs", args.logs] + (["--tracing"] if args.tracing else [])
+    label = args.target + (" tracing" if args.tracing else "") + f" logs={args.logs}"
     for _ in range(args.runs):
-        total = _measure(args.target, args.trees)
-        print(f"{args.target}: {total / args.trees / 1e6:.3f}M instructions per tree")
+        total = _measure(args.target, args.trees, extra)
+        print(f"{label}: {total / args.trees / 1e6:.3f}M instructions per tree")
 
 
 if __name__ == "__main__":

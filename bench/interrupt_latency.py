@@ -152,7 +152,7 @@ async def cross(args: argparse.Namespace) -> list[dict[str, float]]:
             body = {"agentType": "iroot", "message": "go", "sessionId": root}
             (await client.post("/start", json=body)).raise_for_status()
             seen = await interrupt_once(runtime, root, args)
-            assert root not in runtime.active, "the tree ran in the wrong process"
+            assert root not in runtime.trees, "the tree ran in the wrong process"
             if index >= args.warmup:
                 runs.append(seen)
     return runs

@@ -34,7 +34,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app import AgentRegistry, AgentRuntime, create_sub_agent_tool, define_agent, define_tool
 from app.agents import AgentHooks, ToolContext
-from app.api.app import settle_collector
 from app.models import (
     Model,
     ModelEvent,
@@ -45,6 +44,7 @@ from app.models import (
     ToolCallReady,
 )
 from app.protocol import ToolMessage
+from app.serve import settle_collector
 from app.store import StateStore, create_store
 
 COUNTS: Counter[str] = Counter()

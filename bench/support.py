@@ -2,9 +2,12 @@
 
 Not a benchmark itself. `temporary_store(kind)` yields a store URL (memory, a SQLite file in a
 temporary folder, or a PostgreSQL database created for the run and dropped after it);
-`server(...)` runs `uvicorn app.main:app` serving `bench.agents:registry` in a subprocess on a
-free loopback port and stops it (SIGTERM, then SIGKILL) whatever happens; `run_rounds` reruns a
-script as fresh processes and prints medians with min..max.
+`server(...)` runs `uvicorn app.main:app` (or, given `workers`, the server command
+`python -m app.serve --workers N`) serving `bench.agents:registry` in a subprocess on a free
+loopback port and stops it (SIGTERM, then SIGKILL) whatever happens; a server's CPU figures
+count its worker processes too. `otlp_sink()` answers OTLP/HTTP exports on loopback, for
+measuring a server with tracing on. `run_rounds` reruns a script as fresh processes and prints
+medians with min..max.
 
 PostgreSQL: the server of `BENCH_POSTGRES_URL` (default
 `postgresql+asyncpg://postgres@127.0.0.1:5432/postgres`), where each run creates and drops a
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.server
 import json
 import os
 import shutil
@@ -25,9 +29,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,6 +59,11 @@ SETTINGS_ENV = {
     "MAX_BODY_BYTES",
     "CHUNK_RETENTION_HOURS",
     "RETENTION_INTERVAL",
+    "LOG_FORMAT",
+    "LOG_LEVEL",
+    "SHUTDOWN_TIMEOUT",
+    "WEB_CONCURRENCY",
+    "PROMETHEUS_MULTIPROC_DIR",
 }
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 _SSL = ssl.create_default_context()
@@ -108,20 +118,43 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def process_cpu(pid: int) -> float:
-    """CPU seconds (user + system) the process `pid` has used so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+def process_tree(pid: int) -> list[int]:
+    """`pid` and its descendants (a server's worker processes), from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                ppid = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
+                children.setdefault(ppid, []).append(int(entry.name))
+    tree, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        tree.append(current)
+        todo += children.get(current, [])
+    return tree
 
 
-def runqueue_wait(pid: int) -> float:
-    """Seconds the threads of `pid` have spent runnable but waiting for a CPU (schedstat): a
-    server that is busy or waiting for a CPU all the time was CPU-bound, on a shared machine
-    possibly by others' load."""
+def process_cpu(pid: int, *, tree: bool = False) -> float:
+    """CPU seconds (user + system) the process `pid` (with `tree`, and its live descendants)
+    has used so far (Linux /proc)."""
     total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
+    for member in process_tree(pid) if tree else [pid]:
         with contextlib.suppress(OSError, IndexError, ValueError):
-            total += int((task / "schedstat").read_text().split()[1])
+            fields = Path(f"/proc/{member}/stat").read_text().rpartition(")")[2].split()
+            total += int(fields[11]) + int(fields[12])
+    return total / CLOCK_TICKS
+
+
+def runqueue_wait(pid: int, *, tree: bool = False) -> float:
+    """Seconds the threads of `pid` (with `tree`, and its descendants') have spent runnable but
+    waiting for a CPU (schedstat): a server that is busy or waiting for a CPU all the time was
+    CPU-bound, on a shared machine possibly by others' load."""
+    total = 0
+    for member in process_tree(pid) if tree else [pid]:
+        with contextlib.suppress(OSError):
+            for task in Path(f"/proc/{member}/task").iterdir():
+                with contextlib.suppress(OSError, IndexError, ValueError):
+                    total += int((task / "schedstat").read_text().split()[1])
     return total / 1e9
 
 
@@ -141,18 +174,29 @@ class Usage:
     pid: int
     cpu: float = 0.0
     wait: float = 0.0
+    tree: bool = False
+    """Whether the process's descendants count too (a server's workers)."""
 
     def start(self) -> Usage:
-        self.cpu, self.wait = -process_cpu(self.pid), -runqueue_wait(self.pid)
+        self.cpu = -process_cpu(self.pid, tree=self.tree)
+        self.wait = -runqueue_wait(self.pid, tree=self.tree)
         return self
 
     def stop(self) -> Usage:
-        self.cpu += process_cpu(self.pid)
-        self.wait += runqueue_wait(self.pid)
+        self.cpu += process_cpu(self.pid, tree=self.tree)
+        self.wait += runqueue_wait(self.pid, tree=self.tree)
         return self
 
     def figures(self, prefix: str) -> dict[str, float]:
         return {f"{prefix}_cpu_s": round(self.cpu, 2), f"{prefix}_runq_s": round(self.wait, 2)}
+
+
+def machine_busy() -> float:
+    """CPU seconds every core of the machine has been busy so far (/proc/stat: all but idle
+    and iowait), whoever used them: with the wall time, how saturated the machine was."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return (sum(fields[:8]) - idle) / CLOCK_TICKS
 
 
 def noise() -> dict[str, float | None]:
@@ -173,8 +217,9 @@ class Server:
         return self.process.pid
 
     def usage(self) -> Usage:
-        """Start measuring the server's CPU and run-queue wait (`.stop()` ends it)."""
-        return Usage(self.pid).start()
+        """Start measuring the server's CPU and run-queue wait, its workers' included (`.stop()`
+        ends it)."""
+        return Usage(self.pid, tree=True).start()
 
     def log(self, lines: int = 30) -> str:
         text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -188,10 +233,14 @@ async def server(
     loop: str = "auto",
     env: dict[str, str] | None = None,
     start_timeout: float = 30.0,
+    workers: int | None = None,
 ) -> AsyncIterator[Server]:
     """`uvicorn app.main:app` on a free loopback port with AGENT_MODULE=bench.agents:registry,
-    ready (answering /readyz) when yielded; stopped and reaped when the block ends."""
-    environment = {k: v for k, v in os.environ.items() if k not in SETTINGS_ENV}
+    ready (answering /readyz) when yielded; stopped and reaped when the block ends. With
+    `workers`, the server command (`python -m app.serve`) with that many worker processes."""
+    environment = {
+        k: v for k, v in os.environ.items() if k not in SETTINGS_ENV and not k.startswith("OTEL_")
+    }
     environment.update(
         DATABASE_URL=database_url, AGENT_MODULE=AGENT_MODULE, PYTHONUNBUFFERED="1", **(env or {})
     )
@@ -215,6 +264,20 @@ async def server(
             "--timeout-graceful-shutdown",
             "2",
         ]
+        if workers is not None:
+            environment.setdefault("SHUTDOWN_TIMEOUT", "2")
+            command = [
+                sys.executable,
+                "-m",
+                "app.serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--workers",
+                str(workers),
+                "--no-access-log",
+            ]
         with log_path.open("wb") as log:
             process = await asyncio.create_subprocess_exec(
                 *command,
@@ -254,6 +317,46 @@ async def _stop(process: asyncio.subprocess.Process) -> None:
         except TimeoutError:
             process.kill()
             await asyncio.wait_for(process.wait(), 10)
+
+
+@contextlib.contextmanager
+def otlp_sink() -> Iterator[OtlpSink]:
+    """An OTLP/HTTP endpoint on loopback that accepts every export (an empty protobuf answer is
+    a valid one) and counts requests and bytes, in a thread of this process."""
+    sink = OtlpSink()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            length = int(self.headers.get("content-length", 0))
+            self.rfile.read(length)
+            sink.requests += 1
+            sink.bytes += length
+            self.send_response(200)
+            self.send_header("content-type", "application/x-protobuf")
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    listener = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    sink.url = f"http://127.0.0.1:{listener.server_address[1]}"
+    thread = threading.Thread(target=listener.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield sink
+    finally:
+        listener.shutdown()
+        listener.server_close()
+
+
+@dataclass
+class OtlpSink:
+    """Where an OTLP exporter sends, and what it sent."""
+
+    url: str = ""
+    requests: int = 0
+    bytes: int = 0
 
 
 @contextlib.asynccontextmanager
@@ -368,12 +471,25 @@ def run_rounds(
     """Run `script` once per config per round, each a fresh process (configs interleaved, order
     rotated every round), echo each JSON line to stderr, then print a markdown table: the median
     of each key with min..max, and the load averages seen."""
+    commands = [(label, [sys.executable, script, *argv]) for label, argv in configs]
+    run_command_rounds(commands, rounds, keys, timeout=timeout)
+
+
+def run_command_rounds(
+    configs: Sequence[tuple[str, list[str]]],
+    rounds: int,
+    keys: Sequence[str],
+    *,
+    timeout: float = 600.0,
+) -> None:
+    """`run_rounds` for whole commands (scripts of different snapshots, say): each prints one
+    JSON line last."""
     rows: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in configs}
     for round_index in range(rounds):
         shift = round_index % len(configs)
         for label, argv in [*configs[shift:], *configs[:shift]]:
             result = subprocess.run(
-                [sys.executable, script, *argv],
+                argv,
                 capture_output=True,
                 text=True,
                 timeout=timeout,

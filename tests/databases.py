@@ -117,11 +117,13 @@ def drop_test_databases() -> Iterator[None]:
 
 @contextlib.asynccontextmanager
 async def database_url(backend: str, folder: Path) -> AsyncIterator[str]:
-    """The URL of a fresh, empty database of `backend` ("sqlite" or "postgres")."""
-    if backend == "sqlite":
+    """The URL of a fresh, empty database of `backend` ("memory", "sqlite" or "postgres")."""
+    if backend == "memory":
+        yield "memory://"
+    elif backend == "sqlite":
         yield f"sqlite+aiosqlite:///{folder / 'db' / 'store.db'}"
     elif backend == "postgres":
         async with postgres_database() as url:
             yield url
     else:
-        raise ValueError(f"not a SQL backend: {backend}")
+        raise ValueError(f"not a store backend: {backend}")

@@ -20,6 +20,7 @@ from app.protocol import (
     ToolPendingChunk,
     ToolStartChunk,
 )
+from app.runtime.children import DROPPED, WAITS_FOR_CLIENT, failure_result
 from app.store import StateStore
 
 
@@ -61,18 +62,24 @@ def snapshot(chunks: Sequence[Chunk]) -> list[str]:
 def check_invariants(chunks: Sequence[BaseChunk]) -> None:
     """Sequences are 1..n without gap, and every sub-agent call is framed in order:
     tool_start -> subagent_start -> the child's chunks (and its descendants') -> subagent_end ->
-    tool_end, all from the right agents."""
+    tool_end, all from the right agents (a persistent child started by a companion call may
+    outlive the call: its tool_end may come before its subagent_end). A child that runs again
+    (after a pause or an interrupt, or a persistent one continued) has a frame per run; each
+    of its chunks is in one of them."""
     assert [c.sequence for c in chunks] == list(range(1, len(chunks) + 1)), "sequence gap"
     starts = {}
+    background: set[tuple[str, str]] = set()
+    frames: dict[str, list[tuple[int, int]]] = {}
     for index, chunk in enumerate(chunks):
         if isinstance(chunk, ToolStartChunk):
             starts[(chunk.agent_id, chunk.tool_call_id)] = index
+            if chunk.tool_name.startswith("companion__"):
+                background.add((chunk.agent_id, chunk.tool_call_id))
     for index, chunk in enumerate(chunks):
         if not isinstance(chunk, SubagentStartChunk):
             continue
         key = (chunk.agent_id, chunk.call_id)
         assert key in starts, f"no tool_start before {describe(chunk)}"
-        assert starts[key] < index, f"tool_start after {describe(chunk)}"
         child = chunk.sub_session_id
         ends = [
             i
@@ -81,15 +88,61 @@ def check_invariants(chunks: Sequence[BaseChunk]) -> None:
         ]
         assert ends, f"no subagent_end for {child}"
         end = ends[0]
+        # A persistent child in the background outlives the call that started it.
+        after = starts[key] if key in background else end
         tool_ends = [
             i
             for i, c in enumerate(chunks)
-            if i > end and isinstance(c, ToolEndChunk) and (c.agent_id, c.tool_call_id) == key
+            if i > after and isinstance(c, ToolEndChunk) and (c.agent_id, c.tool_call_id) == key
         ]
-        assert tool_ends, f"no tool_end after subagent_end of {child}"
-        for i, c in enumerate(chunks):
-            if c.agent_id == child or c.agent_id.startswith(child + "-"):
-                assert index < i < end, f"{describe(c)} (#{i}) outside its sub-agent frame"  # type: ignore[arg-type]
+        if not _paused(chunks[end]):
+            assert tool_ends, f"no tool_end after subagent_end of {child}"
+        frames.setdefault(child, []).append((index, end))
+    for i, c in enumerate(chunks):
+        owners = [
+            child for child in frames if c.agent_id == child or c.agent_id.startswith(child + "-")
+        ]
+        for child in owners:
+            assert any(start < i < end for start, end in frames[child]), (
+                f"{describe(c)} (#{i}) outside the frames of {child}"  # type: ignore[arg-type]
+            )
+
+
+def _paused(chunk: BaseChunk) -> bool:
+    """Whether the chunk is the `subagent_end` of a child that paused for the client."""
+    return isinstance(chunk, SubagentEndChunk) and chunk.result == failure_result(WAITS_FOR_CLIENT)
+
+
+def check_tool_calls(chunks: Sequence[BaseChunk], status: str) -> None:
+    """Every `tool_start` gets one `tool_end` before the stream ends, and no call starts again
+    while it is open, or once it has ended with its result. A call a suspension dropped ends
+    saying so and may start again; in a paused stream, the calls that wait for the client (and
+    the calls to the children that wait) stay open."""
+    open_calls: dict[tuple[str, str], int] = {}
+    ended: set[tuple[str, str]] = set()
+    for index, chunk in enumerate(chunks):
+        if isinstance(chunk, ToolStartChunk):
+            key = (chunk.agent_id, chunk.tool_call_id)
+            assert key not in open_calls, f"#{index} {describe(chunk)}: started while open"
+            assert key not in ended, f"#{index} {describe(chunk)}: started after it ended"
+            open_calls[key] = index
+        elif isinstance(chunk, ToolEndChunk):
+            key = (chunk.agent_id, chunk.tool_call_id)
+            assert key in open_calls, f"#{index} {describe(chunk)}: ended, never started"
+            del open_calls[key]
+            if chunk.error != DROPPED:
+                ended.add(key)
+    if status == "paused_awaiting_client":
+        waiting = {(c.agent_id, c.tool_call_id) for c in chunks if isinstance(c, ToolPendingChunk)}
+        paused_children = {
+            (c.agent_id, c.call_id)
+            for c in chunks
+            if isinstance(c, SubagentEndChunk) and _paused(c)
+        }
+        left = set(open_calls) - waiting - paused_children
+    else:
+        left = set(open_calls)
+    assert not left, f"tool calls never ended: {sorted(left)}"
 
 
 async def until(condition: Callable[[], bool], *, timeout: float = 10.0) -> None:

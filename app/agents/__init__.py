@@ -6,8 +6,9 @@ from app.agents.agent import (
     AgentHooks,
     HookContext,
     PersistentAgent,
-    define_agent,
 )
+from app.agents.companion import CompanionTool
+from app.agents.define import define_agent
 from app.agents.registry import AgentRegistry
 from app.agents.remote import RemoteAgentTransport, RemoteSubAgentTool, create_remote_sub_agent_tool
 from app.agents.subagent import SubAgentTool, create_sub_agent_tool, input_to_message
@@ -18,6 +19,7 @@ __all__ = [
     "AgentConfig",
     "AgentHooks",
     "AgentRegistry",
+    "CompanionTool",
     "HookContext",
     "PersistentAgent",
     "RemoteAgentTransport",

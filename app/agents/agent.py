@@ -1,29 +1,33 @@
-"""Agent definitions: `define_agent`, its lifecycle hooks and persistent-child settings."""
+"""An agent as `define_agent` makes it (`AgentConfig`), its lifecycle hooks and persistent-child
+settings."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from pydantic import BaseModel
 
-from app.agents.tools import Tool, check_schema, check_tool_name
+from app.agents.tools import Tool
 from app.errors import DefinitionError
 from app.models import Model, ToolSpec
 
 if TYPE_CHECKING:
+    from app.agents.companion import CompanionTool
     from app.agents.remote import RemoteSubAgentTool
     from app.agents.subagent import SubAgentTool
 
-AnyTool: TypeAlias = "Tool | SubAgentTool | RemoteSubAgentTool"
-"""Any tool an agent can hold: a function tool, or a local or remote sub-agent."""
+AnyTool: TypeAlias = "Tool | SubAgentTool | RemoteSubAgentTool | CompanionTool"
+"""Any tool an agent can hold: a function tool, a local or remote sub-agent, or one of the
+companion tools that manage its persistent children."""
 
 AGENT_NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]{0,53}$"
 """Agent names: short enough that `subagent__<name>` is a valid tool name."""
-_AGENT_NAME = re.compile(AGENT_NAME_PATTERN)
+AGENT_NAME = re.compile(AGENT_NAME_PATTERN)
+"""`AGENT_NAME_PATTERN`, compiled."""
 
 FINISH_TOOL_NAME = "__finish__"
 """The tool an agent with an `output_schema` calls to finish; its arguments are the output."""
@@ -63,7 +67,9 @@ class AgentHooks:
 
 @dataclass(frozen=True, slots=True)
 class PersistentAgent:
-    """A long-lived child the parent manages with companion tools (seed 001)."""
+    """A long-lived child the parent manages with companion tools: `blocking`, the parent's
+    call waits for its output; `non-blocking`, it runs in the background and the parent hears
+    of its end in a notice. `description` tells the parent's model what it is for."""
 
     agent: AgentConfig
     mode: Literal["blocking", "non-blocking"] = "blocking"
@@ -106,6 +112,10 @@ class AgentConfig:
             )
         return tuple(specs)
 
+    def persistent(self, agent_type: str) -> PersistentAgent | None:
+        """This agent's persistent child of that type, if it has one."""
+        return next((p for p in self.persistent_agents if p.agent.name == agent_type), None)
+
     def initial_state(self, input: Any = None) -> BaseModel | dict[str, Any]:
         """The custom state a new session starts with: the schema's defaults, then any input
         fields the schema declares."""
@@ -121,76 +131,3 @@ class AgentConfig:
         if self.state_schema is None:
             return dict(data)
         return self.state_schema.model_validate(data)
-
-
-def define_agent(
-    name: str,
-    *,
-    description: str = "",
-    system_prompt: str = "",
-    tools: Sequence[AnyTool] = (),
-    output_schema: type[BaseModel] | None = None,
-    state_schema: type[BaseModel] | None = None,
-    model: Model | None = None,
-    max_steps: int = 20,
-    persistent_agents: Sequence[PersistentAgent] = (),
-    hooks: AgentHooks | None = None,
-) -> AgentConfig:
-    """Define an agent: its prompt, tools, typed output and state, model and step limit.
-
-    Raises `DefinitionError` naming the agent and the offending tool for a bad name, a reserved
-    tool name not made by this library, duplicate tool names, or a schema that is not a pydantic
-    model.
-    """
-    from app.agents.remote import RemoteSubAgentTool
-    from app.agents.subagent import SubAgentTool
-
-    if not isinstance(name, str) or not _AGENT_NAME.match(name):
-        raise DefinitionError(f"Agent name {name!r} must match {AGENT_NAME_PATTERN}")
-    owner = f"Agent {name!r}"
-    if output_schema is not None:
-        check_schema(owner, "output_schema", output_schema)
-    if state_schema is not None:
-        check_schema(owner, "state_schema", state_schema)
-        try:
-            state_schema()
-        except Exception as exc:
-            raise DefinitionError(
-                f"{owner}: every state_schema field needs a default ({exc})"
-            ) from exc
-    if model is not None and not isinstance(model, Model):
-        raise DefinitionError(f"{owner}: model must be an app.models.Model, got {model!r}")
-    if not isinstance(max_steps, int) or max_steps < 1:
-        raise DefinitionError(f"{owner}: max_steps must be a positive integer, got {max_steps!r}")
-    tool_map: dict[str, AnyTool] = {}
-    for tool in tools:
-        if isinstance(tool, SubAgentTool | RemoteSubAgentTool):
-            check_tool_name(tool.name, library=True)
-        elif isinstance(tool, Tool):
-            try:
-                check_tool_name(tool.name)
-            except DefinitionError as exc:
-                raise DefinitionError(f"{owner}: {exc}") from None
-        else:
-            raise DefinitionError(f"{owner}: {tool!r} is not a tool (use define_tool)")
-        if tool.name in tool_map:
-            raise DefinitionError(f"{owner}: two tools are named {tool.name!r}")
-        tool_map[tool.name] = tool
-    if persistent_agents:
-        raise DefinitionError(
-            f"{owner}: persistent_agents are not supported yet by this server; use "
-            "create_sub_agent_tool for in-process delegation"
-        )
-    return AgentConfig(
-        name=name,
-        description=description,
-        system_prompt=system_prompt,
-        tools=tuple(tools),
-        output_schema=output_schema,
-        state_schema=state_schema,
-        model=model,
-        max_steps=max_steps,
-        persistent_agents=tuple(persistent_agents),
-        hooks=hooks or AgentHooks(),
-        tool_map=tool_map,
-    )

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+from pydantic import BaseModel
+
 from app.agents.agent import AgentConfig
 from app.agents.subagent import SubAgentTool
 from app.errors import AgentNotFoundError, DefinitionError
 
 
 class AgentRegistry:
-    """The agents a runtime knows. Sub-agents reachable through tools are registered too."""
+    """The agents a runtime knows. Sub-agents reachable through tools, and persistent children,
+    are registered too."""
 
     def __init__(self, agents: Iterable[AgentConfig] = ()) -> None:
         self._agents: dict[str, AgentConfig] = {}
@@ -31,6 +34,8 @@ class AgentRegistry:
         for tool in agent.tools:
             if isinstance(tool, SubAgentTool):
                 self.register(tool.agent)
+        for persistent in agent.persistent_agents:
+            self.register(persistent.agent)
 
     def get(self, name: str) -> AgentConfig:
         """The agent named `name`, or `AgentNotFoundError`."""
@@ -38,6 +43,15 @@ class AgentRegistry:
             return self._agents[name]
         except KeyError:
             raise AgentNotFoundError(f"Unknown agent type {name!r}") from None
+
+    def input_schema(self, name: str) -> type[BaseModel] | None:
+        """The input schema callers give agent `name`: that of the first sub-agent tool wrapping
+        it (in the order of the agents, then of their tools), or None when no tool wraps it."""
+        for agent in self._agents.values():
+            for tool in agent.tools:
+                if isinstance(tool, SubAgentTool) and tool.agent.name == name:
+                    return tool.input_schema
+        return None
 
     def __contains__(self, name: object) -> bool:
         return name in self._agents

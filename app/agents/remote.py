@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
-from app.agents.agent import AGENT_NAME_PATTERN
+from app.agents.agent import AGENT_NAME, AGENT_NAME_PATTERN
 from app.agents.subagent import SUBAGENT_TOOL_PREFIX
-from app.agents.tools import check_schema
+from app.agents.tools import Offered, check_schema
 from app.errors import DefinitionError
-from app.models import ToolSpec
 from app.protocol import Chunk
 from app.protocol.api import SessionStatusView, StartResponse
-
-_NAME = re.compile(AGENT_NAME_PATTERN)
 
 
 @runtime_checkable
@@ -45,12 +40,19 @@ class RemoteAgentTransport(Protocol):
     async def interrupt(self, session_id: str, reason: str | None = None) -> None:
         """Stop it and its tree."""
 
-    async def resume(self, session_id: str) -> None:
-        """Resume it after an interrupt."""
+    async def resume(
+        self,
+        session_id: str,
+        *,
+        tool_results: Sequence[Mapping[str, Any]] | None = None,
+        approvals: Sequence[Mapping[str, Any]] | None = None,
+    ) -> None:
+        """Resume it after an interrupt, or answer what its paused tree waits for (items as
+        `POST /resume` takes them: `sessionId`, `toolCallId`, and `result` or `approved`)."""
 
 
 @dataclass(frozen=True, eq=False)
-class RemoteSubAgentTool:
+class RemoteSubAgentTool(Offered):
     """A tool whose call runs `remote_agent_type` on another server and returns its output."""
 
     tool_name: str
@@ -65,11 +67,6 @@ class RemoteSubAgentTool:
     def name(self) -> str:
         """`subagent__<name>`."""
         return SUBAGENT_TOOL_PREFIX + self.tool_name
-
-    @cached_property
-    def spec(self) -> ToolSpec:
-        """The tool as offered to a model."""
-        return ToolSpec(self.name, self.description, self.input_schema.model_json_schema())
 
 
 def create_remote_sub_agent_tool(
@@ -88,7 +85,7 @@ def create_remote_sub_agent_tool(
     output is validated against `output_schema`. The server's URL lives in `transport`, which
     comes from server-side code, never from a request. `timeout` (seconds) bounds the call.
     """
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not AGENT_NAME.fullmatch(name):
         raise DefinitionError(f"Remote sub-agent name {name!r} must match {AGENT_NAME_PATTERN}")
     owner = f"Remote sub-agent {name!r}"
     check_schema(owner, "input_schema", input_schema)

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any
 
 import pydantic_core
 from pydantic import BaseModel
 
 from app.agents.agent import AgentConfig
-from app.agents.tools import check_schema
+from app.agents.tools import Offered, check_schema
 from app.errors import DefinitionError
-from app.models import ToolSpec
 
 SUBAGENT_TOOL_PREFIX = "subagent__"
 MESSAGE_FIELDS = ("message", "query", "text", "content")
@@ -29,7 +27,7 @@ def input_to_message(input: dict[str, Any]) -> str:
 
 
 @dataclass(frozen=True, eq=False)
-class SubAgentTool:
+class SubAgentTool(Offered):
     """A tool whose call runs `agent` as a child session and returns its output."""
 
     agent: AgentConfig
@@ -41,11 +39,6 @@ class SubAgentTool:
     def name(self) -> str:
         """`subagent__<agent name>`."""
         return SUBAGENT_TOOL_PREFIX + self.agent.name
-
-    @cached_property
-    def spec(self) -> ToolSpec:
-        """The tool as offered to a model."""
-        return ToolSpec(self.name, self.description, self.input_schema.model_json_schema())
 
 
 def create_sub_agent_tool(

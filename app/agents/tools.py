@@ -7,7 +7,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
@@ -70,8 +70,26 @@ def check_schema(owner: str, what: str, schema: object) -> type[BaseModel]:
     return schema
 
 
+class Offered:
+    """What every kind of tool shares: how a model is offered it, from its name, description
+    and input schema."""
+
+    if TYPE_CHECKING:
+
+        @property
+        def name(self) -> str: ...
+
+    description: str
+    input_schema: type[BaseModel]
+
+    @cached_property
+    def spec(self) -> ToolSpec:
+        """The tool as offered to a model."""
+        return ToolSpec(self.name, self.description, self.input_schema.model_json_schema())
+
+
 @dataclass(frozen=True, eq=False)
-class Tool:
+class Tool(Offered):
     """A function tool. Without `execute` it is a client tool: the session pauses for its result.
 
     A `Tool` is also a decorator: `@define_tool("name", ...)` over a function gives that tool with
@@ -102,11 +120,6 @@ class Tool:
     def is_async(self) -> bool:
         """Whether `execute` is a coroutine function (else it runs in a worker thread)."""
         return inspect.iscoroutinefunction(self.execute)
-
-    @cached_property
-    def spec(self) -> ToolSpec:
-        """The tool as offered to a model."""
-        return ToolSpec(self.name, self.description, self.input_schema.model_json_schema())
 
 
 def define_tool(

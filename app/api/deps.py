@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from fastapi import Request
 
-from app.errors import LifecycleError
+from app.errors import UnavailableError
 from app.runtime import AgentRuntime
 from app.settings import Settings
 
@@ -17,7 +17,7 @@ def runtime_of(request: Request) -> AgentRuntime:
     """The app's runtime (available between start-up and shutdown)."""
     runtime: AgentRuntime | None = getattr(request.app.state, "runtime", None)
     if runtime is None:
-        raise LifecycleError("The server is not started")
+        raise UnavailableError("The server is not started, or is stopping: retry shortly")
     return runtime
 
 

@@ -14,7 +14,10 @@ from pydantic import BaseModel, Field, field_validator
 MAX_TEXT_CHARS = 20_000
 """The longest text the demo analyses, so one request cannot hold a worker for long."""
 
-_HAS_WORD = re.compile(r"[^\W_]")
+_HAS_WORD = re.compile(r"[0-9A-Za-z\u00C0-\uFFFF]")
+"""A letter or digit: ASCII, or any character from U+00C0 on. Cruder than a word character, but
+every regex dialect reads it alike (Python's, JSON Schema's ECMA-262, Rust's), so the published
+schema and this check accept the same texts: to ECMA-262, `\\w` is ASCII only."""
 
 ReadingLevel = Literal[
     "very easy",
@@ -37,6 +40,9 @@ class TextInput(BaseModel):
     text: str = Field(
         max_length=MAX_TEXT_CHARS,
         description="The text to analyse, verbatim (at least one word).",
+        # What `_has_a_word` checks, so the published schema (GET /agents, the OpenAPI document)
+        # says it; JSON Schema patterns match anywhere in the string, as `search` does.
+        json_schema_extra={"pattern": _HAS_WORD.pattern},
     )
 
     @field_validator("text")

@@ -10,6 +10,7 @@ does, and `openai_model_from_env` wires both from the environment.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -26,7 +27,16 @@ from openai.types.chat import (
 from app.errors import DefinitionError, ModelError, ProviderError, TransientModelError
 from app.models.base import Model, ModelEvent, ModelRequest, TextDelta, ToolCallReady, Usage
 from app.models.retry import RetryingModel
-from app.protocol import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
+from app.protocol import (
+    AssistantMessage,
+    Message,
+    SystemMessage,
+    ToolCall,
+    ToolMessage,
+    UserMessage,
+)
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["OpenAIChatModel", "openai_model_from_env"]
 
@@ -83,8 +93,14 @@ class OpenAIChatModel(Model):
 
     @property
     def name(self) -> str:
-        """The model name and where it is served."""
-        return f"OpenAIChatModel({self.model} at {self._client.base_url})"
+        """The model's name, as its errors (which reach `/status` and `error` chunks) call it;
+        where it is served stays in the server's log."""
+        return f"OpenAIChatModel({self.model})"
+
+    @property
+    def base_url(self) -> str:
+        """Where the model is served (in the log, never in an error a client reads)."""
+        return str(self._client.base_url)
 
     async def aclose(self) -> None:
         """Close the HTTP connection pool."""
@@ -125,7 +141,7 @@ class OpenAIChatModel(Model):
                 options={"security": {"bearer_auth": True}},
             )
         except openai.OpenAIError as exc:
-            raise self._translate(exc) from exc
+            raise self._translate(exc, request) from exc
         response = _ResponseAssembler()
         try:
             async for chunk in chunks:
@@ -133,7 +149,7 @@ class OpenAIChatModel(Model):
                 if text:
                     yield TextDelta(text)
         except openai.OpenAIError as exc:
-            raise self._translate(exc) from exc
+            raise self._translate(exc, request) from exc
         except (json.JSONDecodeError, _MalformedChunkError) as exc:
             raise ModelError(f"{self.name} sent a malformed stream chunk: {exc}") from exc
         finally:
@@ -147,12 +163,22 @@ class OpenAIChatModel(Model):
         if response.usage is not None:
             yield response.usage
 
-    def _translate(self, exc: openai.OpenAIError) -> ModelError:
-        """The project error for an SDK error, named after this model."""
+    def _translate(self, exc: openai.OpenAIError, request: ModelRequest) -> ModelError:
+        """The project error for an SDK error, named after this model; the SDK's own account,
+        with the server's URL, goes to the log with the session."""
+        logger.warning(
+            "Session %s: %s at %s failed: %s: %s",
+            request.session_id,
+            self.name,
+            self.base_url,
+            type(exc).__name__,
+            exc,
+        )
         if isinstance(exc, openai.APITimeoutError):
             return TransientModelError(f"{self.name} timed out")
         if isinstance(exc, openai.APIConnectionError):
-            cause = exc.__cause__ or exc
+            # The cause's kind only: its text may name the host (it is in the log above).
+            cause = type(exc.__cause__ or exc).__name__
             return TransientModelError(f"{self.name}: connection failed or was lost ({cause})")
         if isinstance(exc, openai.APIStatusError):
             status = exc.status_code
@@ -174,14 +200,22 @@ def chat_messages(request: ModelRequest) -> list[ChatCompletionMessageParam]:
     messages: list[ChatCompletionMessageParam] = []
     if request.system_prompt:
         messages.append({"role": "system", "content": request.system_prompt})
+    # The model's own ids, where the runtime renamed a call (see `ToolCall.original_id`).
+    original: dict[str, str] = {}
     for message in request.messages:
-        messages.append(_chat_message(message))
+        if isinstance(message, AssistantMessage):
+            for call in message.tool_calls:
+                if call.original_id is not None and call.id is not None:
+                    original[call.id] = call.original_id
+        messages.append(_chat_message(message, original))
     return messages
 
 
-def _chat_message(message: Message) -> ChatCompletionMessageParam:
+def _chat_message(message: Message, original: Mapping[str, str]) -> ChatCompletionMessageParam:
     if isinstance(message, UserMessage):
         return {"role": "user", "content": message.content}
+    if isinstance(message, SystemMessage):
+        return {"role": "system", "content": message.content}
     if isinstance(message, AssistantMessage):
         if not message.tool_calls:
             return {"role": "assistant", "content": message.content}
@@ -196,7 +230,8 @@ def _chat_message(message: Message) -> ChatCompletionMessageParam:
             if message.error is not None
             else json.dumps(message.result, ensure_ascii=False)
         )
-        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": content}
+        call_id = original.get(message.tool_call_id, message.tool_call_id)
+        return {"role": "tool", "tool_call_id": call_id, "content": content}
     assert_never(message)
 
 
@@ -212,7 +247,7 @@ def _chat_tool_call(call: ToolCall) -> ChatCompletionMessageFunctionToolCallPara
         else json.dumps(call.arguments, ensure_ascii=False)
     )
     return {
-        "id": call.id,
+        "id": call.original_id or call.id,
         "type": "function",
         "function": {"name": call.name, "arguments": arguments},
     }

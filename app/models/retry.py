@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections.abc import AsyncIterator
 
+from app.backoff import backoff_delay
 from app.errors import DefinitionError, TransientModelError
 from app.models.base import Model, ModelEvent, ModelRequest, RetryStarted, close_stream
 
@@ -68,9 +68,7 @@ class RetryingModel(Model):
         """Seconds to wait after failed attempt `attempt` (from 1)."""
         if retry_after is not None:
             return min(retry_after, self.max_retry_after)
-        ceiling = min(self.base_delay * 2.0 ** (attempt - 1), self.max_delay)
-        # Half fixed, half random: spread out callers that failed together, yet always back off.
-        return ceiling / 2 + random.uniform(0, ceiling / 2)
+        return backoff_delay(attempt, self.base_delay, self.max_delay)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         """Stream the wrapped model's answer, starting it again after a transient failure."""

@@ -37,6 +37,7 @@ class WireModel(BaseModel):
         alias_generator=to_camel,
         populate_by_name=True,
         extra="forbid",
+        use_attribute_docstrings=True,
     )
 
     @classmethod

@@ -1,4 +1,4 @@
-"""The typed stream chunks of DESIGN.md section 6: a frozen model per type, joined in one union."""
+"""The typed stream chunks: a frozen model per type, joined in one union."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ class TextDeltaChunk(BaseChunk):
     """A piece of the model's streamed text."""
 
     type: Literal["text_delta"] = "text_delta"
+    """`text_delta`."""
     delta: str
     """The text."""
 
@@ -38,6 +39,7 @@ class ToolStartChunk(BaseChunk):
     """A tool call begins."""
 
     type: Literal["tool_start"] = "tool_start"
+    """`tool_start`."""
     tool_call_id: str
     """The call's id."""
     tool_name: str
@@ -50,6 +52,7 @@ class ToolEndChunk(BaseChunk):
     """A tool call ended."""
 
     type: Literal["tool_end"] = "tool_end"
+    """`tool_end`."""
     tool_call_id: str
     """The call's id."""
     tool_name: str
@@ -64,6 +67,7 @@ class SubagentStartChunk(BaseChunk):
     """A sub-agent starts; its own chunks follow with its session id as `agentId`."""
 
     type: Literal["subagent_start"] = "subagent_start"
+    """`subagent_start`."""
     sub_agent_type: str
     """The child's agent type."""
     sub_session_id: str
@@ -76,6 +80,7 @@ class SubagentEndChunk(BaseChunk):
     """A sub-agent ended."""
 
     type: Literal["subagent_end"] = "subagent_end"
+    """`subagent_end`."""
     sub_agent_type: str
     """The child's agent type."""
     sub_session_id: str
@@ -90,6 +95,7 @@ class OutputChunk(BaseChunk):
     """The agent's final output."""
 
     type: Literal["output"] = "output"
+    """`output`."""
     output: Json = None
     """The output: the validated `output_schema` object, or the final text."""
 
@@ -98,6 +104,7 @@ class ErrorChunk(BaseChunk):
     """The agent failed."""
 
     type: Literal["error"] = "error"
+    """`error`."""
     error: str
     """What went wrong."""
 
@@ -106,6 +113,7 @@ class InterruptedChunk(BaseChunk):
     """The agent was interrupted."""
 
     type: Literal["interrupted"] = "interrupted"
+    """`interrupted`."""
     reason: str | None = None
     """The reason given with the interrupt."""
 
@@ -114,6 +122,7 @@ class ToolPendingChunk(BaseChunk):
     """The session pauses until the client answers this call."""
 
     type: Literal["tool_pending"] = "tool_pending"
+    """`tool_pending`."""
     tool_call_id: str
     """The call's id."""
     tool_name: str

@@ -17,7 +17,11 @@ class ToolCall(WireModel):
     arguments: dict[str, Any] | str = Field(default_factory=dict)
     """The arguments: a JSON object, or the raw text when the model produced invalid JSON."""
     id: str | None = None
-    """The call id; the runtime assigns a deterministic one when the model gives none."""
+    """The call id, unique within the session: the model's own id when it is new and plain, else
+    one the runtime derives deterministically (see `app.ids.assign_call_ids`)."""
+    original_id: str | None = None
+    """The id the model gave the call, when the runtime gave it another one; the conversation
+    sent back to the model uses it, so the model sees the ids it made."""
 
     def __init__(
         self,
@@ -39,6 +43,17 @@ class UserMessage(WireModel):
     """A user's message (also how a sub-agent receives its input)."""
 
     role: Literal["user"] = "user"
+    """`user`: a user (or, for a sub-agent, its caller)."""
+    content: str
+    """The text."""
+
+
+class SystemMessage(WireModel):
+    """A notice from the runtime to the model, in the conversation (a persistent child that
+    ended, say)."""
+
+    role: Literal["system"] = "system"
+    """`system`: the runtime."""
     content: str
     """The text."""
 
@@ -47,6 +62,7 @@ class AssistantMessage(WireModel):
     """One model response: its text and the tool calls it asked for."""
 
     role: Literal["assistant"] = "assistant"
+    """`assistant`: the model."""
     content: str = ""
     """The streamed text."""
     tool_calls: tuple[ToolCall, ...] = ()
@@ -57,6 +73,7 @@ class ToolMessage(WireModel):
     """The result of one tool call, as the model reads it on its next step."""
 
     role: Literal["tool"] = "tool"
+    """`tool`: a tool's result."""
     tool_call_id: str
     """The call this answers."""
     tool_name: str
@@ -67,7 +84,9 @@ class ToolMessage(WireModel):
     """The error message when the call failed; null on success."""
 
 
-Message = Annotated[UserMessage | AssistantMessage | ToolMessage, Field(discriminator="role")]
+Message = Annotated[
+    UserMessage | SystemMessage | AssistantMessage | ToolMessage, Field(discriminator="role")
+]
 """Any conversation message."""
 
 MESSAGE_ADAPTER: TypeAdapter[Message] = TypeAdapter(Message)

@@ -1,4 +1,4 @@
-"""Session statuses and the sub-session references served by `/status` (DESIGN.md section 7)."""
+"""Session statuses and the sub-session references served by `/status`."""
 
 from __future__ import annotations
 

@@ -14,6 +14,7 @@ from pydantic import BaseModel, JsonValue, ValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from app.agents import Tool, ToolContext
+from app.protocol.values import clean_json, clean_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,12 +54,13 @@ def parse_arguments(
 def error_message(exc: BaseException) -> str:
     """An exception as one line for a model or a status."""
     text = str(exc)
-    return text if text else type(exc).__name__
+    return clean_text(text) if text else type(exc).__name__
 
 
 def to_json(value: object) -> JsonValue:
-    """`value` as plain JSON data (pydantic models and dataclasses included)."""
-    return to_jsonable_python(value)  # type: ignore[no-any-return]
+    """`value` as plain JSON data (pydantic models and dataclasses included), clean enough for
+    every store (see `app.protocol.values`)."""
+    return clean_json(to_jsonable_python(value))  # type: ignore[no-any-return]
 
 
 async def execute_tool(tool: Tool, input: BaseModel, ctx: ToolContext[Any]) -> CallResult:

@@ -3,7 +3,7 @@
 One `StreamWriter` serves a root session and all its local sub-agents. Emitting only queues a
 chunk; the queue is committed with the next step commit, or by a flush a few milliseconds later,
 whichever comes first, so text deltas never cost one transaction each. Adjacent text deltas of
-one agent within a flush are joined into one chunk (DESIGN.md section 8 allows it). Sequences
+one agent within a flush are joined into one chunk. Sequences
 are given when the queue is committed, in emission order. Readers see a chunk once it is
 committed, so a reconnecting client never sees a chunk that a crash could take back.
 
@@ -47,11 +47,19 @@ class StreamWriter:
     """The single writer of one stream within this process."""
 
     def __init__(
-        self, store: StateStore, stream_id: str, last_sequence: int, *, flush_delay: float
+        self,
+        store: StateStore,
+        stream_id: str,
+        last_sequence: int,
+        *,
+        flush_delay: float,
+        fence: tuple[str, str] | None = None,
     ) -> None:
         self.store = store
         self.stream_id = stream_id
         self.flush_delay = flush_delay
+        self.fence = fence
+        """Every batch lands only while this lease is held (`WriteBatch.fence`)."""
         self._last = last_sequence
         self._queue: list[_Queued] = []
         self._tracked: dict[tuple[str, str], RefUpsert] = {}
@@ -61,9 +69,18 @@ class StreamWriter:
         self._flushes: set[asyncio.Future[None]] = set()
         """Outcomes of the timer's flushes still in flight."""
         self._failure: BaseException | None = None
+        self._outcomes: list[asyncio.Future[None]] = []
+        """Outcomes of the batches submitted so far, pruned of settled ones now and then."""
         self._leader: asyncio.Future[None] | None = None
         self._behind: list[tuple[WriteBatch, bool, asyncio.Future[None]]] = []
         """Batches submitted while the leader is landing, in order, with their outcomes."""
+
+    def restart(self, last_sequence: int) -> None:
+        """Continue the stream after `last_sequence`: what the store holds when a stopped tree
+        runs again (before this writer has written anything)."""
+        assert not self._queue, "the writer has chunks queued already"
+        assert not self._outcomes, "the writer has written already"
+        self._last = last_sequence
 
     def follow(self, leader: asyncio.Future[None]) -> None:
         """Hand the store nothing until `leader` (the outcome of the batch that creates the
@@ -169,6 +186,7 @@ class StreamWriter:
         chunks always land as a contiguous prefix. `hold`: see `StateStore.submit`."""
         if self._failure is not None:
             raise self._failure
+        batch.fence = self.fence
         if self._queue:
             batch.chunks.append(ChunkAppend(self.stream_id, self._take()))
         if self._tracked:
@@ -177,8 +195,21 @@ class StreamWriter:
         if self._leader is not None:
             outcome: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._behind.append((batch, hold, outcome))
-            return outcome
-        return self._hand_over(batch, hold)
+        else:
+            outcome = self._hand_over(batch, hold)
+        if not outcome.done():
+            outcomes = self._outcomes
+            if len(outcomes) >= 64:
+                outcomes[:] = [pending for pending in outcomes if not pending.done()]
+            outcomes.append(outcome)
+        return outcome
+
+    async def settled(self) -> None:
+        """Wait until every batch submitted so far has landed or failed."""
+        pending = [outcome for outcome in self._outcomes if not outcome.done()]
+        self._outcomes = pending
+        if pending:
+            await asyncio.wait(pending)
 
     def _hand_over(self, batch: WriteBatch, hold: bool) -> asyncio.Future[None]:
         try:

@@ -43,10 +43,19 @@ class RunHandle:
         except asyncio.CancelledError:
             if self._task.cancelled():
                 raise LifecycleError(
-                    f"The runtime closed before session {self.session_id!r} finished"
+                    f"Session {self.session_id!r} stopped running here before it finished: the "
+                    "runtime closed, or the session's lease passed to another server"
                 ) from None
             raise
         return RunResult(self.session_id, outcome.status, outcome.output, outcome.error)
+
+    def cancel(self) -> None:
+        """Cancel the run's task (the run is given up here without a write)."""
+        self._task.cancel()
+
+    async def wait(self) -> None:
+        """Wait until the run's task is done, however it ended."""
+        await asyncio.gather(self._task, return_exceptions=True)
 
     def stream(self, from_sequence: int = 0) -> AsyncIterator[Chunk]:
         """The run's chunks after `from_sequence`, live, until the run stops."""

@@ -9,14 +9,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import JsonValue, TypeAdapter, ValidationError
+from pydantic import BaseModel, JsonValue, TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
 
-from app.agents import AgentConfig, Tool
+from app.agents import AgentConfig
 from app.agents.subagent import input_to_message
-from app.errors import InvalidRequestError
-from app.protocol import Message, ToolCall, ToolMessage
+from app.errors import InvalidInputError, InvalidRequestError
 from app.protocol.api import ApprovalBody, ToolResultBody
+from app.protocol.values import clean_text
 from app.runtime.calls import describe_validation_error, to_json
 
 REJECTED = "The user did not approve this call."
@@ -28,10 +28,14 @@ _APPROVALS: TypeAdapter[list[ApprovalBody]] = TypeAdapter(list[ApprovalBody])
 
 @dataclass(frozen=True, slots=True)
 class Answers:
-    """What a client sent to resume a paused session."""
+    """What a client sent to resume a paused tree: results and decisions, each for a call of a
+    session (None: the resumed session itself)."""
 
-    results: dict[str, Any]
-    approvals: dict[str, bool]
+    results: dict[tuple[str | None, str], Any]
+    approvals: dict[tuple[str | None, str], bool]
+    repeated: str | None = None
+    """What was answered twice, if anything: refused once the answers are for a paused
+    session (to another session, answers are a conflict whatever they hold)."""
 
     @property
     def empty(self) -> bool:
@@ -44,65 +48,39 @@ class Answers:
         tool_results: Sequence[ToolResultBody | Mapping[str, Any]] | None,
         approvals: Sequence[ApprovalBody | Mapping[str, Any]] | None,
     ) -> Answers:
-        """Read the answers (objects or mappings with camelCase or snake_case keys)."""
+        """Read the answers (objects or mappings with camelCase or snake_case keys; a result
+        may be anything `to_json` turns into JSON a store can hold)."""
         try:
-            results = _RESULTS.validate_python(list(tool_results or ()))
-            decisions = _APPROVALS.validate_python(list(approvals or ()))
+            results = _RESULTS.validate_python(
+                [_jsonable_result(item) for item in tool_results or ()], by_name=True
+            )
+            decisions = _APPROVALS.validate_python(list(approvals or ()), by_name=True)
         except ValidationError as exc:
             raise InvalidRequestError(f"Invalid answers: {describe_validation_error(exc)}") from exc
-        for kind, ids in (
-            ("toolResults", [r.tool_call_id for r in results]),
-            ("approvals", [a.tool_call_id for a in decisions]),
+        repeated = None
+        for kind, keys in (
+            ("toolResults", [(r.session_id, r.tool_call_id) for r in results]),
+            ("approvals", [(a.session_id, a.tool_call_id) for a in decisions]),
         ):
-            twice = sorted({i for i in ids if ids.count(i) > 1})
-            if twice:
-                raise InvalidRequestError(f"{kind} answers {', '.join(twice)} more than once")
+            twice = sorted({call for key in keys if keys.count(key) > 1 for call in key[1:]})
+            if twice and repeated is None:
+                repeated = f"{kind} answers {', '.join(twice)} more than once"
         return cls(
-            {r.tool_call_id: to_json(r.result) for r in results},
-            {a.tool_call_id: a.approved for a in decisions},
+            {(r.session_id, r.tool_call_id): to_json(r.result) for r in results},
+            {(a.session_id, a.tool_call_id): a.approved for a in decisions},
+            repeated,
         )
 
-    def apply(
-        self, agent: AgentConfig, pending: Sequence[ToolCall]
-    ) -> tuple[list[Message], frozenset[str]]:
-        """The tool messages the answers add, and the approved call ids; every client call must
-        get a result and every call awaiting approval a decision."""
-        client, gated = set(), set()
-        for call in pending:
-            tool = agent.tool_map.get(call.name)
-            if isinstance(tool, Tool) and tool.is_client_tool:
-                client.add(call.id)
-            elif isinstance(tool, Tool) and tool.requires_approval:
-                gated.add(call.id)
-        _check("toolResults", set(self.results), client, "a client tool's result")
-        _check("approvals", set(self.approvals), gated, "an approval")
-        messages: list[Message] = []
-        for call in pending:
-            assert call.id is not None
-            if call.id in self.results:
-                messages.append(
-                    ToolMessage(
-                        tool_call_id=call.id, tool_name=call.name, result=self.results[call.id]
-                    )
-                )
-            elif self.approvals.get(call.id) is False:
-                messages.append(
-                    ToolMessage(tool_call_id=call.id, tool_name=call.name, error=REJECTED)
-                )
-        approved = frozenset(i for i, ok in self.approvals.items() if ok)
-        return messages, approved
 
-
-def _check(kind: str, given: set[str], waiting: set[str | None], what: str) -> None:
-    unknown = sorted(given - waiting)
-    if unknown:
-        raise InvalidRequestError(
-            f"{kind}: no call awaiting {what} has the id {', '.join(unknown)} (waiting: "
-            f"{', '.join(sorted(str(i) for i in waiting)) or 'none'})"
-        )
-    missing = sorted(str(i) for i in waiting - given)
-    if missing:
-        raise InvalidRequestError(f"{kind}: {what} is missing for {', '.join(missing)}")
+def _jsonable_result(
+    item: ToolResultBody | Mapping[str, Any],
+) -> ToolResultBody | Mapping[str, Any]:
+    if isinstance(item, Mapping) and "result" in item:
+        try:
+            return {**item, "result": to_json(item["result"])}
+        except PydanticSerializationError as exc:
+            raise InvalidRequestError(f"A tool result is not JSON-serialisable: {exc}") from exc
+    return item
 
 
 def json_input(input: Any) -> JsonValue:
@@ -120,9 +98,45 @@ def first_message(message: str | None, input: JsonValue) -> str:
     if message is not None:
         if not isinstance(message, str):
             raise InvalidRequestError("message must be a string")
-        return message
+        return clean_text(message)
     if isinstance(input, dict):
         return input_to_message(input)
     if input is not None:
         return json.dumps(input, ensure_ascii=False)
     raise InvalidRequestError("A run needs a message or an input")
+
+
+def _details(exc: ValidationError, where: str) -> list[dict[str, Any]]:
+    return [
+        {"loc": [where, *(str(part) for part in error["loc"])], "msg": error["msg"]}
+        for error in exc.errors(include_url=False, include_context=False, include_input=False)
+    ]
+
+
+def fitted_input(schema: type[BaseModel] | None, input: JsonValue) -> JsonValue:
+    """`input` validated against the agent's published input `schema` (what `GET /agents`
+    shows), as JSON with the schema's defaults filled in, like a sub-agent call's input; as it
+    is when the agent publishes none. `InvalidInputError` with the problems otherwise."""
+    if schema is None or input is None:
+        return input
+    try:
+        return schema.model_validate(input).model_dump(mode="json")
+    except ValidationError as exc:
+        raise InvalidInputError(
+            f"input does not fit the input schema of the agent: {describe_validation_error(exc)}",
+            details=_details(exc, "input"),
+        ) from exc
+
+
+def seed_state(agent: AgentConfig, input: JsonValue) -> dict[str, Any]:
+    """The custom state a new session of `agent` starts with, as JSON (see
+    `AgentConfig.initial_state`); `InvalidInputError` when an input field the state schema
+    declares does not fit it."""
+    try:
+        state = agent.initial_state(input)
+    except ValidationError as exc:
+        raise InvalidInputError(
+            f"input does not fit the state schema of the agent: {describe_validation_error(exc)}",
+            details=_details(exc, "input"),
+        ) from exc
+    return state if isinstance(state, dict) else state.model_dump(mode="json")

@@ -1,25 +1,60 @@
-"""The vocabulary of a run shared by the loop, delegation and the runtime: how a run ended, why
-one is stopped, and what a parent can stop."""
+"""The vocabulary of a run shared by the loop, children and the runtime: how a run ended, why
+one is stopped, and what is still to be answered in a conversation."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal
 
 from pydantic import JsonValue
 
 from app.protocol import AssistantMessage, Message, SessionStatus, ToolCall, ToolMessage
 
-StopReason = Literal["interrupted", "timeout", "parent_suspended", "shutdown"]
-"""Why a running session is being stopped from outside its loop."""
+StopReason = Literal["interrupted", "timeout", "parent_suspended", "terminated", "shutdown"]
+"""Why a running session is stopped from outside its loop. `terminated`: its parent ended a
+persistent child for good. `shutdown` gives the run up without a write (the process stops, or
+lost the session's lease), as a crash would."""
 
 
-class Child(Protocol):
-    """A running child a parent can stop: a local sub-agent's run, or a remote one's copier."""
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """A request to stop a running session, and why."""
 
-    def stop(self, reason: StopReason, message: str | None = None) -> None:
-        """Stop it (idempotent)."""
+    reason: StopReason
+    message: str | None = None
+
+
+SUSPENDED = Stop("parent_suspended", "The parent session suspended")
+"""The stop of the children still running when their parent pauses for the client."""
+
+SHUTDOWN = Stop("shutdown")
+"""The stop of a run this process gives up without a write."""
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How a run of a session ended."""
+
+    status: SessionStatus
+    output: JsonValue = None
+    error: str | None = None
+    failure_reason: str | None = None
+
+
+def stopped_outcome(stop: Stop) -> Outcome:
+    """How a session (or a child that never got to run) ends when it is stopped."""
+    if stop.reason == "interrupted":
+        return Outcome("interrupted", error=stop.message)
+    if stop.reason == "terminated":
+        return Outcome("terminated", error=stop.message)
+    if stop.reason == "parent_suspended":
+        return Outcome(
+            "failed",
+            error=stop.message or "The parent session suspended",
+            failure_reason="parent_suspended",
+        )
+    return Outcome("failed", error=stop.message or "Stopped")
 
 
 def unanswered_calls(messages: Sequence[Message]) -> list[ToolCall]:
@@ -33,26 +68,3 @@ def unanswered_calls(messages: Sequence[Message]) -> list[ToolCall]:
         else:
             return []
     return []
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """How a run of a session ended."""
-
-    status: SessionStatus
-    output: JsonValue = None
-    error: str | None = None
-    failure_reason: str | None = None
-
-
-def stopped_outcome(reason: StopReason, message: str | None) -> Outcome:
-    """How a session (or a child that never got to run) ends when it is stopped for `reason`."""
-    if reason == "interrupted":
-        return Outcome("interrupted", error=message)
-    if reason == "parent_suspended":
-        return Outcome(
-            "failed",
-            error=message or "The parent session suspended",
-            failure_reason="parent_suspended",
-        )
-    return Outcome("failed", error=message or "Stopped")

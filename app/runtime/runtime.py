@@ -9,30 +9,44 @@ owner is gone is taken over and resumed from its last committed step.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from time import monotonic
 from types import TracebackType
 from typing import Any, Literal, Self
 
+from app import observability
 from app.agents import AgentConfig, AgentRegistry
 from app.errors import (
-    InvalidRequestError,
+    ConflictError,
     LifecycleError,
+    SessionExistsError,
     SessionNotResumableError,
     SessionRunningError,
     StreamNotFoundError,
 )
-from app.ids import new_session_id, validate_session_id
-from app.protocol import Message, SessionStatus, UserMessage
-from app.protocol.api import ApprovalBody, SessionStatusView, ToolResultBody, UsageView
+from app.protocol import Message, SessionStatus
+from app.protocol.api import (
+    ApprovalBody,
+    PendingCall,
+    SessionStatusView,
+    ToolResultBody,
+    UsageView,
+)
+from app.protocol.browser import SessionTreeView
+from app.protocol.values import clean_text
+from app.runtime.background import Background, background_children, restart
 from app.runtime.emitter import StreamWriter
 from app.runtime.handle import RunHandle
-from app.runtime.inputs import Answers, first_message, json_input
-from app.runtime.outcome import Outcome, unanswered_calls
+from app.runtime.inputs import Answers
+from app.runtime.outcome import Outcome, Stop
+from app.runtime.pending import AnswerPlan, paused_tree, plan_answers
 from app.runtime.reader import StreamFollower
-from app.runtime.session import SessionRun
+from app.runtime.starting import SessionPlan, Started, existing_session, plan_session, resumption
+from app.runtime.status_tree import session_tree
+from app.runtime.steps import appended
+from app.runtime.trees import Tree, Trees
 from app.store import (
     MemoryStore,
     MessageAppend,
@@ -51,7 +65,7 @@ class AgentRuntime:
 
     Use it as an async context manager. `owner_id` names this process in session leases: give a
     restarted server the same id and it resumes its own sessions at once, without waiting for
-    their leases to expire.
+    their leases to expire. See docs/architecture.md for what it owns.
     """
 
     def __init__(
@@ -63,6 +77,7 @@ class AgentRuntime:
         lease_ms: int = 15_000,
         takeover_interval: float | None = 5.0,
         flush_delay: float = 0.005,
+        shutdown_timeout: float = 10.0,
     ) -> None:
         if not isinstance(registry, AgentRegistry):
             raise TypeError("AgentRuntime needs an AgentRegistry")
@@ -73,11 +88,12 @@ class AgentRuntime:
         self.lease_ms = lease_ms
         self.takeover_interval = takeover_interval
         self.flush_delay = flush_delay
-        self.active: dict[str, SessionRun] = {}
-        """Every session (root or child) running in this process, by id."""
-        self._roots: dict[str, asyncio.Task[Outcome]] = {}
-        self._local: set[str] = set()
-        """Root sessions this runtime runs or is starting: never taken over or resumed twice."""
+        self.shutdown_timeout = shutdown_timeout
+        """Seconds closing waits for the runs it stops before it cancels what is left."""
+        self.trees = Trees()
+        """Every tree this process runs (or is starting: a tree is never run twice here)."""
+        self._tasks: set[asyncio.Task[Any]] = set()
+        """The tasks of the runs this runtime started, until they end."""
         self._background: set[asyncio.Task[Any]] = set()
         self._remove_listener: Any = None
         self._state: Literal["new", "open", "closed"] = "new"
@@ -110,17 +126,21 @@ class AgentRuntime:
             return
         self._state = "closed"
         self._remove_listener()
-        runs = list(self.active.values())
-        for run in runs:
-            if run.parent is None:
-                run.stop("shutdown")
+        self.trees.give_up_all("the runtime closes")
         for task in self._background:
             task.cancel()
-        tasks = [run.task for run in runs if run.task is not None]
-        tasks += [task for run in runs for task in run.child_tasks]
-        await asyncio.gather(
-            *tasks, *self._roots.values(), *self._background, return_exceptions=True
-        )
+        tasks = {*self._tasks, *self._background}
+        if tasks:
+            # A run waiting on a store that does not answer must not hold the process.
+            done, late = await asyncio.wait(tasks, timeout=self.shutdown_timeout)
+            for task in done:
+                if not task.cancelled():
+                    task.exception()  # retrieved: the run's own end has reported it
+            if late:
+                logger.warning("%d tasks did not stop in time; cancelling them", len(late))
+                for task in late:
+                    task.cancel()
+                await asyncio.wait(late, timeout=1.0)
         if self._owns_store:
             await self.store.__aexit__(None, None, None)
 
@@ -134,6 +154,42 @@ class AgentRuntime:
         task = asyncio.get_running_loop().create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+    # -- trees ---------------------------------------------------------------------------------
+
+    def forget(self, tree: Tree) -> None:
+        """The tree no longer runs here."""
+        self.trees.forget(tree)
+
+    def track(self, task: asyncio.Task[Outcome]) -> None:
+        """A run started in a task of its own: closing waits for it."""
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _open_tree(self, root_id: str, last_sequence: int, *, leased_at: float) -> Tree:
+        """A tree to run here, with the writer of its stream (fenced by the tree's lease)."""
+        writer = StreamWriter(
+            self.store,
+            root_id,
+            last_sequence,
+            flush_delay=self.flush_delay,
+            fence=(root_id, self.owner_id),
+        )
+        return self.trees.add(Tree(self, root_id, writer, leased_at=leased_at))
+
+    def _launch(
+        self,
+        tree: Tree,
+        agent: AgentConfig,
+        record: SessionRecord,
+        messages: list[Message],
+        *,
+        stop: Stop | None = None,
+    ) -> RunHandle:
+        run = tree.new_run(agent, record, messages)
+        if stop is not None:
+            run.stop(stop)
+        return RunHandle(self, record.session_id, tree.start(run))
 
     # -- starting and resuming -----------------------------------------------------------------
 
@@ -151,37 +207,80 @@ class AgentRuntime:
         With no `session_id` or `idempotency_key` given, the run starts while it is stored.
 
         The first user message is `message`, else derived from `input` (its `message`, `query`,
-        `text` or `content` field, else its JSON). `input` also seeds the custom state.
+        `text` or `content` field, else its JSON). `input` must fit the agent's published input
+        schema (see `AgentRegistry.input_schema`) and its state schema; it also seeds the custom
+        state. A session id or key that is taken raises `SessionExistsError`; `start` answers
+        such a request with the session it names instead.
         """
+        plan = await self._plan(
+            agent, message, input, session_id, parent_session_id, idempotency_key
+        )
+        return await self._create(plan)
+
+    async def start(
+        self,
+        agent: AgentConfig | str,
+        message: str | None = None,
+        *,
+        input: Any = None,
+        session_id: str | None = None,
+        parent_session_id: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> Started:
+        """`execute`, with the idempotency rules of `POST /start`: a repeated `idempotency_key`
+        (with the same request) or the `session_id` of a running session answers with that
+        session and starts nothing; the key with another request is `IdempotencyKeyReusedError`,
+        the id of a stopped session `SessionNotResumableError`."""
+        plan = await self._plan(
+            agent, message, input, session_id, parent_session_id, idempotency_key
+        )
+        existing = await existing_session(self.store, plan)
+        if existing is not None:
+            return Started(existing, None)
+        try:
+            handle = await self._create(plan)
+        except ConflictError:
+            # Lost the creation to a concurrent request (its session or key exists, or the
+            # database's keys refused ours): answer as if it had come first.
+            existing = await existing_session(self.store, plan)
+            if existing is None:
+                raise
+            return Started(existing, None)
+        return Started(plan.record, handle)
+
+    async def _plan(
+        self,
+        agent: AgentConfig | str,
+        message: str | None,
+        input: Any,
+        session_id: str | None,
+        parent_session_id: str | None,
+        idempotency_key: str | None,
+    ) -> SessionPlan:
         self._check_open()
         config = self.registry.get(agent) if isinstance(agent, str) else agent
         if config.name not in self.registry:
             self.registry.register(config)
-        # A generated id and no key: nothing can refuse the creation but a failing store.
-        fresh = session_id is None and idempotency_key is None
-        session_id = validate_session_id(session_id) if session_id else new_session_id()
-        if parent_session_id is not None:
-            validate_session_id(parent_session_id)
-        input_json = json_input(input)
-        message = first_message(message, input_json)
-        state = config.initial_state(input_json)
-        now = now_ms()
-        record = SessionRecord(
+        return await plan_session(
+            self.registry,
+            self.store,
+            config,
+            message,
+            input=input,
             session_id=session_id,
-            agent_type=config.name,
-            stream_id=session_id,
-            status="running",
-            created_at=now,
-            updated_at=now,
             parent_session_id=parent_session_id,
-            state=state if isinstance(state, dict) else state.model_dump(mode="json"),
-            input=input_json,
             idempotency_key=idempotency_key,
             owner_id=self.owner_id,
-            lease_expires_at=now + self.lease_ms,
+            lease_ms=self.lease_ms,
         )
-        first = UserMessage(content=message)
-        with self._starting(session_id):
+
+    async def _create(self, plan: SessionPlan) -> RunHandle:
+        record, first = plan.record, plan.first
+        session_id = record.session_id
+        if session_id in self.trees:
+            raise SessionExistsError(f"Session {session_id!r} already exists and runs here")
+        tree = self._open_tree(session_id, 0, leased_at=monotonic())
+        try:
             created = self.store.submit(
                 WriteBatch(
                     new_sessions=[record],
@@ -189,29 +288,29 @@ class AgentRuntime:
                     streams=[StreamUpdate(session_id, "running")],
                 )
             )
-            if not fresh or created.done():
+            if not plan.cannot_conflict or created.done():
                 await created
-            writer = StreamWriter(self.store, session_id, 0, flush_delay=self.flush_delay)
-            writer.follow(created)
-            handle = self._launch(config, record, [first], writer)
+        except BaseException:
+            self.trees.forget(tree)
+            raise
+        tree.writer.follow(created)
+        handle = self._launch(tree, plan.agent, record, [first])
         if not created.done():
-            await self._landed(created, session_id)
+            await self._landed(created, tree, handle)
         return handle
 
-    async def _landed(self, created: asyncio.Future[None], session_id: str) -> None:
+    async def _landed(self, created: asyncio.Future[None], tree: Tree, handle: RunHandle) -> None:
         """Wait for a fresh session's creation, which its run did not wait for (its first model
         call starts meanwhile, and its writes follow the creation); stop the run if it fails.
         Shielded: a caller that goes away leaves the creation to land and the run to go on."""
-        run = self._roots[session_id]
         try:
             await asyncio.shield(created)
         except asyncio.CancelledError:
             raise
         except BaseException:
-            run.cancel()
-            await asyncio.gather(run, return_exceptions=True)
-            self._roots.pop(session_id, None)  # a run cancelled before it began never cleans up
-            self._local.discard(session_id)
+            handle.cancel()
+            await handle.wait()
+            self.trees.forget(tree)  # a run cancelled before it began never cleans up
             raise
 
     async def resume(
@@ -223,10 +322,11 @@ class AgentRuntime:
         approvals: Sequence[ApprovalBody | Mapping[str, Any]] | None = None,
     ) -> RunHandle:
         """Resume an interrupted session from its checkpoint, continue a finished one with a new
-        user message (a new turn with a fresh step budget), or answer a paused one: a result for
-        each client tool call it waits for and a decision for each call awaiting approval.
+        user message (a new turn with a fresh step budget), or answer a paused tree: a result
+        for each client tool call and a decision for each call awaiting approval, wherever in
+        the tree it waits (an answer names its session; by default this one).
 
-        A body that does not fit the session (unknown call ids, missing answers) raises
+        A body that does not fit (unknown sessions or calls, missing answers) raises
         `InvalidRequestError` and changes nothing.
         """
         self._check_open()
@@ -237,121 +337,109 @@ class AgentRuntime:
                 f"Session {session_id!r} is a sub-agent: resume its root session "
                 f"{record.stream_id!r}"
             )
-        if session_id in self._local:
-            raise SessionRunningError(f"Session {session_id!r} is running")
-        with self._starting(session_id):
-            return await self._resume(record, message, answers)
-
-    async def _resume(
-        self, record: SessionRecord, message: str | None, answers: Answers
-    ) -> RunHandle:
-        session_id = record.session_id
+        here = self.trees.get(session_id)
+        if here is not None:
+            return await self._new_turn(here, record, message, answers)
         messages = await self.store.load_messages(session_id)
-        new_messages: list[Message] = []
-        approved: frozenset[str] = frozenset()
-        if record.status != "paused_awaiting_client" and not answers.empty:
-            raise InvalidRequestError(
-                f"Session {session_id!r} is {record.status}: it waits for no tool results or "
-                "approvals"
+        # Without a message, a resume also restarts the background children an interrupt
+        # stopped (all there is to resume, when the root itself has finished).
+        stopped: list[Background] = []
+        if message is None:
+            stopped = await background_children(
+                self.store, self.registry, session_id, frozenset({"interrupted"})
             )
+        finished = record.status in ("completed", "failed", "terminated")
+        root = not (stopped and finished and answers.empty)
+        new_messages: list[Message] = []
+        plan = AnswerPlan()
+        if root:
+            record, new_messages = resumption(record, message, answers)
         if record.status == "paused_awaiting_client":
-            if message is not None:
-                raise InvalidRequestError(
-                    f"Session {session_id!r} waits for tool results or approvals, not a message"
-                )
-            agent = self.registry.get(record.agent_type)
-            new_messages, approved = answers.apply(agent, unanswered_calls(messages))
-        elif record.status in ("completed", "failed", "terminated"):
-            if message is None:
-                raise SessionNotResumableError(
-                    f"Session {session_id!r} is {record.status}: continue it with a new message"
-                )
-            new_messages.append(UserMessage(content=message))
-            record = record.evolve(step_count=0, output=None, error=None)
-        elif record.status in ("interrupted", "running"):
-            if message is not None:
-                raise SessionNotResumableError(
-                    f"Session {session_id!r} is {record.status}: it resumes from its checkpoint "
-                    "and takes no new message until it has finished"
-                )
-        else:
-            raise SessionNotResumableError(f"Session {session_id!r} is {record.status}")
-        if not await self.store.claim_session(session_id, self.owner_id, self.lease_ms):
-            raise SessionRunningError(f"Session {session_id!r} is running in another process")
-        await self.store.check_interrupt_flag(session_id)
-        return await self._reopen(record, messages, new_messages, approved=approved)
+            paused = await paused_tree(self.store, self.registry, record, strict=True)
+            plan = plan_answers(paused, answers, session_id)
+        claimed_at = monotonic()
+        if session_id in self.trees:
+            raise SessionRunningError(f"Session {session_id!r} is running")
+        tree = self._open_tree(session_id, 0, leased_at=claimed_at)
+        try:
+            if not await self.store.claim_session(session_id, self.owner_id, self.lease_ms):
+                raise SessionRunningError(f"Session {session_id!r} is running in another process")
+            await self.store.check_interrupt_flag(session_id)
+            for child_id, (transport, results, decisions) in plan.remote.items():
+                await transport.resume(child_id, tool_results=results, approvals=decisions)
+            tree.resume(plan.resumed)
+            new_messages += plan.messages.pop(session_id, [])
+            extra = await self._answers_below(plan)
+            return await self._reopen(
+                tree, record, messages, new_messages, extra=extra, background=stopped, root=root
+            )
+        except BaseException:
+            self.trees.forget(tree)
+            raise
+
+    async def _new_turn(
+        self, tree: Tree, record: SessionRecord, message: str | None, answers: Answers
+    ) -> RunHandle:
+        """A new turn of a root whose own run has ended while its tree still runs here (its
+        background children): the root runs again in that tree."""
+        session_id = record.session_id
+        if tree.find(session_id) is not None or message is None:
+            raise SessionRunningError(f"Session {session_id!r} is running")
+        record, new_messages = resumption(record, message, answers)
+        messages = await self.store.load_messages(session_id)
+        record = record.evolve(status="running", failure_reason=None, updated_at=now_ms())
+        batch = WriteBatch(
+            updated_sessions=[record],
+            messages=appended(session_id, len(messages), new_messages),
+        )
+        await tree.writer.commit(batch)
+        tree.root_status = "running"
+        config = self.registry.get(record.agent_type)
+        return self._launch(tree, config, record, messages + new_messages)
+
+    async def _answers_below(self, plan: AnswerPlan) -> WriteBatch:
+        """The answers to calls of the tree's other paused sessions: appended to their
+        conversations in the write that resumes the root."""
+        batch = WriteBatch()
+        for session_id, answers in plan.messages.items():
+            held = await self.store.load_messages(session_id)
+            batch.messages.extend(appended(session_id, len(held), answers))
+        return batch
 
     async def _reopen(
         self,
+        tree: Tree,
         record: SessionRecord,
         messages: list[Message],
         new_messages: list[Message],
         *,
-        interrupt_reason: str | None = None,
-        interrupted: bool = False,
-        approved: frozenset[str] = frozenset(),
+        stop: Stop | None = None,
+        extra: WriteBatch | None = None,
+        background: Sequence[Background] = (),
+        root: bool = True,
     ) -> RunHandle:
-        config = self.registry.get(record.agent_type)
+        """Run a stored tree again in `tree` (whose lease this process holds): its `background`
+        children, then its root (unless not `root`: the root has finished), after appending
+        `new_messages` to the root's conversation (and writing `extra` with it)."""
         try:
             last_sequence = (await self.store.get_stream(record.stream_id)).last_sequence
         except StreamNotFoundError:
             last_sequence = 0
-        record = record.evolve(status="running", failure_reason=None, updated_at=now_ms())
-        await self.store.commit(
-            WriteBatch(
-                updated_sessions=[record],
-                messages=[
-                    MessageAppend(record.session_id, len(messages) + offset, message)
-                    for offset, message in enumerate(new_messages)
-                ],
-                streams=[StreamUpdate(record.stream_id, "running")],
-            )
-        )
-        writer = StreamWriter(
-            self.store, record.stream_id, last_sequence, flush_delay=self.flush_delay
-        )
-        handle = self._launch(config, record, messages + new_messages, writer, approved)
-        if interrupted:
-            self.active[record.session_id].stop("interrupted", interrupt_reason)
-        return handle
-
-    @contextlib.contextmanager
-    def _starting(self, session_id: str) -> Iterator[None]:
-        """Mark a root session as ours while it is being started; unmark it if that fails."""
-        self._local.add(session_id)
-        try:
-            yield
-        except BaseException:
-            self._local.discard(session_id)
-            raise
-
-    def _launch(
-        self,
-        agent: AgentConfig,
-        record: SessionRecord,
-        messages: list[Message],
-        writer: StreamWriter,
-        approved: frozenset[str] = frozenset(),
-    ) -> RunHandle:
-        run = SessionRun(self, agent, record, messages, writer, approved=approved)
-        task = asyncio.get_running_loop().create_task(self._run_root(run))
-        run.task = task
-        self._roots[record.session_id] = task
-        return RunHandle(self, record.session_id, task)
-
-    async def _run_root(self, run: SessionRun) -> Outcome:
-        try:
-            outcome = await run.run()
-        except BaseException:
-            run.writer.discard()
-            await run.writer.drain()
-            raise
-        finally:
-            self._roots.pop(run.session_id, None)
-            self._local.discard(run.session_id)
-        # The final commit released the lease (it left `running`).
-        await run.writer.drain()
-        return outcome
+        tree.writer.restart(last_sequence)
+        tree.root_status = record.status
+        batch = extra or WriteBatch()
+        if root:
+            record = record.evolve(status="running", failure_reason=None, updated_at=now_ms())
+            tree.root_status = "running"
+            batch.updated_sessions.append(record)
+            batch.messages.extend(appended(record.session_id, len(messages), new_messages))
+        batch.streams.append(StreamUpdate(record.stream_id, "running"))
+        await tree.writer.commit(batch)
+        tasks = [await restart(tree, child, stop) for child in background]
+        if root:
+            config = self.registry.get(record.agent_type)
+            return self._launch(tree, config, record, messages + new_messages, stop=stop)
+        return RunHandle(self, background[0].record.session_id, tasks[0])
 
     # -- reading and control -------------------------------------------------------------------
 
@@ -364,6 +452,10 @@ class AgentRuntime:
             last_sequence = (await self.store.get_stream(record.stream_id)).last_sequence
         except StreamNotFoundError:
             last_sequence = 0
+        pending: list[PendingCall] = []
+        if record.status == "paused_awaiting_client":
+            paused = await paused_tree(self.store, self.registry, record)
+            pending = [entry.pending for entry in paused.waiting]
         return SessionStatusView(
             session_id=record.session_id,
             agent_type=record.agent_type,
@@ -376,8 +468,17 @@ class AgentRuntime:
             last_sequence=last_sequence,
             parent_session_id=record.parent_session_id,
             sub_sessions=refs,
+            pending_calls=pending,
             usage=UsageView(input_tokens=record.input_tokens, output_tokens=record.output_tokens),
         )
+
+    async def status_tree(self, session_id: str, *, depth: int | None = None) -> SessionTreeView:
+        """The session's status with its whole tree of sub-sessions (to `depth` levels of
+        children, all when None) and the tree's summed usage."""
+        view = await self.status(session_id)
+        record = await self.store.get_session(session_id)
+        tree, usage = await session_tree(self.store, record, depth=depth)
+        return SessionTreeView(**view.__dict__, tree=tree, tree_usage=usage)
 
     async def interrupt(self, session_id: str, reason: str | None = None) -> SessionStatus:
         """Ask the session (and its running children) to stop, wherever it runs.
@@ -387,10 +488,22 @@ class AgentRuntime:
         """
         self._check_open()
         record = await self.store.get_session(session_id)
-        if record.status != "running":
+        if record.status != "running" and not await self._tree_runs(record):
             return record.status
-        await self.store.set_interrupt_flag(session_id, reason)
-        return record.status
+        await self.store.set_interrupt_flag(
+            session_id, None if reason is None else clean_text(reason)
+        )
+        return "running"
+
+    async def _tree_runs(self, record: SessionRecord) -> bool:
+        """Whether a root's tree still runs (its background children) though the root has
+        finished."""
+        if not record.is_root:
+            return False
+        try:
+            return (await self.store.get_stream(record.stream_id)).status == "running"
+        except StreamNotFoundError:
+            return False
 
     def follow(
         self, stream_id: str, *, from_sequence: int = 0, poll: float = 1.0
@@ -401,33 +514,28 @@ class AgentRuntime:
         return StreamFollower(self.store, stream_id, after=from_sequence, poll=poll)
 
     def _heard_interrupt(self, session_id: str) -> None:
-        if session_id in self.active:
+        if session_id in self.trees or self.trees.find_run(session_id) is not None:
             self._spawn(self._apply_interrupt(session_id))
 
     async def _apply_interrupt(self, session_id: str) -> None:
         flag = await self.store.check_interrupt_flag(session_id)
-        run = self.active.get(session_id)
-        if flag is not None and run is not None:
-            run.stop("interrupted", flag.reason)
+        if flag is None:
+            return
+        stop = Stop("interrupted", flag.reason)
+        tree = self.trees.get(session_id)
+        if tree is not None:
+            tree.stop_all(stop)  # the root's interrupt reaches every session of its tree
+            return
+        run = self.trees.find_run(session_id)
+        if run is not None:
+            run.stop(stop)
 
     # -- leases and takeover -------------------------------------------------------------------
 
     async def _renew_leases(self) -> None:
         while True:
             await asyncio.sleep(self.lease_ms / 3000)
-            roots = list(self._roots)
-            if not roots:
-                continue
-            try:
-                held = await self.store.renew_leases(self.owner_id, roots, self.lease_ms)
-            except Exception:
-                logger.exception("Renewing session leases failed")
-                continue
-            for session_id in set(roots) - held:
-                run = self.active.get(session_id)
-                if run is not None and not run.ending:
-                    logger.warning("Lost the lease of session %s; stopping it here", session_id)
-                    run.stop("shutdown")
+            await self.trees.renew(self.store, self.owner_id, self.lease_ms)
 
     async def _take_over_orphans(self) -> None:
         assert self.takeover_interval is not None
@@ -437,38 +545,46 @@ class AgentRuntime:
 
     async def _take_over_orphans_once(self, *, own: bool) -> None:
         try:
-            orphans = await self.store.list_orphaned_sessions(
-                owner_id=self.owner_id if own else None
-            )
+            orphans = await self.store.orphaned_trees(owner_id=self.owner_id if own else None)
             for record in orphans:
                 await self.take_over(record.session_id)
         except Exception:
             logger.exception("Taking over orphaned sessions failed")
 
     async def take_over(self, session_id: str) -> RunHandle | None:
-        """Resume a running session whose owner is gone; None if another process holds it.
+        """Run a tree whose server is gone again, from its root's last committed step; None if
+        another process holds it (or it runs here, or has nothing running).
 
         An interrupt requested while it had no owner is honoured: it stops at once.
         """
         self._check_open()
-        if session_id in self._local:
+        if session_id in self.trees:
             return None
-        with self._starting(session_id):
+        tree = self._open_tree(session_id, 0, leased_at=monotonic())
+        try:
             if not await self.store.claim_session(session_id, self.owner_id, self.lease_ms):
-                self._local.discard(session_id)
+                self.trees.forget(tree)
                 return None
             record = await self.store.get_session(session_id)
-            if record.status != "running" or not record.is_root:
+            running: frozenset[SessionStatus] = frozenset({"running"})
+            background = (
+                await background_children(self.store, self.registry, session_id, running)
+                if record.is_root
+                else []
+            )
+            root = record.is_root and record.status == "running"
+            if not (root or background):
                 await self.store.release_session(session_id, self.owner_id)
-                self._local.discard(session_id)
+                self.trees.forget(tree)
                 return None
             logger.info("Taking over session %s", session_id)
+            observability.takeover(session_id)
             flag = await self.store.check_interrupt_flag(session_id)
-            messages = await self.store.load_messages(session_id)
+            messages = await self.store.load_messages(session_id) if root else []
+            stop = None if flag is None else Stop("interrupted", flag.reason)
             return await self._reopen(
-                record,
-                messages,
-                [],
-                interrupted=flag is not None,
-                interrupt_reason=flag.reason if flag else None,
+                tree, record, messages, [], stop=stop, background=background, root=root
             )
+        except BaseException:
+            self.trees.forget(tree)
+            raise

@@ -5,9 +5,14 @@ from __future__ import annotations
 from app.errors import DefinitionError
 from app.store.base import (
     ChunkAppend,
+    DatabaseTimeouts,
+    InboxAppend,
+    InboxMessage,
+    InboxTake,
     InterruptFlag,
     MessageAppend,
     RefUpsert,
+    SessionCursor,
     SessionRecord,
     StateStore,
     StreamState,
@@ -18,18 +23,19 @@ from app.store.base import (
 from app.store.memory import MemoryStore
 
 
-def create_store(database_url: str) -> StateStore:
+def create_store(database_url: str, *, timeouts: DatabaseTimeouts | None = None) -> StateStore:
     """The store `database_url` names, unopened: use it as `async with create_store(url) as store`.
 
     `memory://` keeps everything in this process; `sqlite+aiosqlite:///path` and
     `postgresql+asyncpg://...` open a SQL database and migrate it to the current schema on entry.
+    `timeouts` bound how long PostgreSQL may take to connect and to run a statement.
     """
     if database_url.startswith("memory:"):
         return MemoryStore()
     if database_url.startswith(("sqlite+aiosqlite:", "postgresql+asyncpg:")):
         from app.store.sql import SqlStore
 
-        return SqlStore(database_url)
+        return SqlStore(database_url, timeouts=timeouts)
     raise DefinitionError(
         f"Unsupported database URL {database_url.split(':', 1)[0]!r}: use memory://, "
         "sqlite+aiosqlite:///path or postgresql+asyncpg://user@host/db"
@@ -38,10 +44,15 @@ def create_store(database_url: str) -> StateStore:
 
 __all__ = [
     "ChunkAppend",
+    "DatabaseTimeouts",
+    "InboxAppend",
+    "InboxMessage",
+    "InboxTake",
     "InterruptFlag",
     "MemoryStore",
     "MessageAppend",
     "RefUpsert",
+    "SessionCursor",
     "SessionRecord",
     "StateStore",
     "StreamState",

@@ -28,14 +28,31 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+@dataclass(frozen=True, slots=True)
+class DatabaseTimeouts:
+    """How long the store waits for PostgreSQL, so a dead or unreachable server fails requests
+    and writes within seconds instead of hanging them (a half-open connection never answers).
+
+    SQLite needs none: a local file does not drop packets (its writers wait for the file's lock
+    up to `SQLITE_BUSY_TIMEOUT_MS`)."""
+
+    connect: float = 5.0
+    """Seconds to open a connection."""
+    statement: float | None = 15.0
+    """Seconds a statement may run: the server cancels it then (the connection stays usable),
+    and the client gives up a few seconds later, for a server that no longer answers at all.
+    The server also ends a transaction left idle for twice that, and probes idle connections
+    with TCP keepalives, so the locks a vanished client held are released. None: no bound
+    (migrations, which may rewrite large tables)."""
+
+
 @dataclass(frozen=True)
 class SessionRecord:
     """A session as stored. Runs replace it whole through `WriteBatch.updated_sessions`.
 
-    `owner_id` and `lease_expires_at` are written on creation and afterwards by the lease methods,
-    never by an update's values, so a lease renewal and a step commit cannot overwrite each other.
-    An update to a status other than `running` releases the lease: a run's final commit gives the
-    lease up in the same write.
+    `owner_id` and `lease_expires_at` are written on creation and afterwards by the lease methods
+    (and a batch's `release`), never by an update's values, so a lease renewal and a step commit
+    cannot overwrite each other. A root session's lease is its tree's (see docs/architecture.md).
     Treat `state` and the JSON fields as immutable once the record is committed.
     """
 
@@ -61,6 +78,9 @@ class SessionRecord:
     output_tokens: int = 0
     owner_id: str | None = None
     lease_expires_at: int | None = None
+    request_fingerprint: str | None = None
+    """A digest of the request that created the session, kept with its `idempotency_key`: a
+    request that repeats the key with another body is refused, not answered with this session."""
 
     def evolve(self, **changes: Any) -> SessionRecord:
         """A copy with `changes` applied: `dataclasses.replace`, several times faster (which is
@@ -115,10 +135,45 @@ class StreamUpdate:
     status: SessionStatus
 
 
+@dataclass(frozen=True, slots=True)
+class InboxAppend:
+    """A message queued for a running session (a persistent child told something while it
+    runs): it reads it before its next model call."""
+
+    session_id: str
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class InboxTake:
+    """A session took its queued messages up to `through` (an `InboxMessage.id`) into its
+    conversation: they leave its inbox."""
+
+    session_id: str
+    through: int
+
+
+@dataclass(frozen=True, slots=True)
+class InboxMessage:
+    """A message waiting in a session's inbox."""
+
+    id: int
+    """Increasing in the order the store took them (over every session)."""
+    session_id: str
+    content: str
+    created_at: int
+
+
 @dataclass(slots=True)
 class WriteBatch:
-    """Everything one atomic write changes; applied as sessions, cleared conversations,
-    messages, refs, chunks."""
+    """Everything one atomic write changes; applied as deleted sessions, sessions, cleared
+    conversations, messages, refs, chunks."""
+
+    deleted_sessions: list[str] = field(default_factory=list)
+    """Deleted first, with their conversations, inboxes, interrupt flags, their refs to children
+    and the refs pointing at them (the subtree of a child started again from scratch: it supersedes
+    them). Deleting an unknown id changes nothing. A store applying several batches together
+    may apply their deletions first: nothing else in a group writes a session it deletes."""
 
     new_sessions: list[SessionRecord] = field(default_factory=list)
     """Inserted; an existing id fails the whole batch with `SessionExistsError`."""
@@ -132,6 +187,18 @@ class WriteBatch:
     chunks: list[ChunkAppend] = field(default_factory=list)
     streams: list[StreamUpdate] = field(default_factory=list)
     """Upserted: a stream row is created by its first update."""
+    inbox: list[InboxAppend] = field(default_factory=list)
+    """Queued for their sessions, after `inbox_taken` is applied."""
+    inbox_taken: list[InboxTake] = field(default_factory=list)
+    """Removed from their sessions' inboxes."""
+    fence: tuple[str, str] | None = None
+    """`(session_id, owner_id)`: the batch lands only if that session's lease is held by that
+    owner (a session the batch creates holds what its record says), else it fails whole with
+    `LeaseLostError`. A process that was paused past its lease, and whose session another
+    server took over, can then write nothing more of it."""
+    release: bool = False
+    """With `fence`, the batch also gives that lease up (the write that ends a tree's last
+    running session)."""
 
     def stream_ids(self) -> frozenset[str]:
         """The streams the batch writes to: its chunks', its sessions' and its updates'."""
@@ -148,13 +215,16 @@ class WriteBatch:
     def is_empty(self) -> bool:
         """Whether the batch changes nothing."""
         return not (
-            self.new_sessions
+            self.deleted_sessions
+            or self.new_sessions
             or self.updated_sessions
             or self.cleared_messages
             or self.messages
             or self.refs
             or self.chunks
             or self.streams
+            or self.inbox
+            or self.inbox_taken
         )
 
 
@@ -165,6 +235,19 @@ class StreamState:
     stream_id: str
     last_sequence: int
     status: SessionStatus
+
+
+@dataclass(frozen=True, slots=True)
+class SessionCursor:
+    """A position in the newest-first listing of sessions (`StateStore.list_sessions`)."""
+
+    created_at: int
+    session_id: str
+
+    @classmethod
+    def after(cls, record: SessionRecord) -> SessionCursor:
+        """The position just past `record`."""
+        return cls(record.created_at, record.session_id)
 
 
 StoredChunk = tuple[int, str]
@@ -258,6 +341,11 @@ class StateStore(abc.ABC):
     async def _close(self) -> None:  # noqa: B027 - optional hook
         """Release resources."""
 
+    async def ping(self, timeout: float = 2.0) -> None:
+        """Return once the store answers; `StoreUnavailableError` if it does not within
+        `timeout` seconds, or if its writes are stuck (what a readiness probe asks)."""
+        self._check_open()
+
     # -- writes --------------------------------------------------------------------------------
 
     async def commit(self, batch: WriteBatch) -> None:
@@ -298,6 +386,35 @@ class StateStore(abc.ABC):
     async def get_sub_session_refs(self, parent_session_id: str) -> list[SubSessionRef]:
         """The parent's sub-session refs in the order they were first added."""
 
+    # -- history (what a UI lists and re-renders) ----------------------------------------------
+
+    @abc.abstractmethod
+    async def list_sessions(
+        self,
+        *,
+        statuses: Sequence[SessionStatus] = (),
+        agent_type: str | None = None,
+        before: SessionCursor | None = None,
+        limit: int = 50,
+    ) -> list[SessionRecord]:
+        """Root sessions (those that own their stream), newest first: by `created_at`, then
+        `session_id`, both descending. Only those with one of `statuses` (any when empty) and of
+        `agent_type` (any when None), and strictly after `before` in that order, at most
+        `limit`. A page's last record is the next page's `before`: a session created meanwhile
+        never shifts a page."""
+
+    @abc.abstractmethod
+    async def read_messages(
+        self, session_id: str, *, offset: int = 0, limit: int = 100
+    ) -> list[Message]:
+        """The session's messages from position `offset` (0-based), oldest first, at most
+        `limit` (empty for an unknown session)."""
+
+    @abc.abstractmethod
+    async def list_stream_sessions(self, stream_id: str) -> list[SessionRecord]:
+        """Every session that writes to the stream (a root and its local descendants), by
+        `created_at`, then `session_id`."""
+
     # -- leases --------------------------------------------------------------------------------
 
     @abc.abstractmethod
@@ -315,12 +432,10 @@ class StateStore(abc.ABC):
         """Give up our lease on the session (nothing happens if we do not hold it)."""
 
     @abc.abstractmethod
-    async def list_orphaned_sessions(self, *, owner_id: str | None = None) -> list[SessionRecord]:
-        """Root sessions still `running` whose lease has expired or that have no owner.
-
-        With `owner_id`, sessions held by that owner are included too (a restarted server finding
-        its own sessions).
-        """
+    async def orphaned_trees(self, *, owner_id: str | None = None) -> list[SessionRecord]:
+        """The root sessions of trees that have a `running` session but no live owner: the
+        root's lease has expired, or no one holds it. With `owner_id`, the trees that owner
+        holds are included too (a restarted server finding its own). Oldest first."""
 
     # -- interrupts ----------------------------------------------------------------------------
 
@@ -339,6 +454,10 @@ class StateStore(abc.ABC):
         """
         self._interrupt_listeners.append(listener)
         return lambda: self._interrupt_listeners.remove(listener)
+
+    @abc.abstractmethod
+    async def read_inbox(self, session_id: str) -> list[InboxMessage]:
+        """The messages queued for the session and not yet taken, oldest first."""
 
     # -- streams -------------------------------------------------------------------------------
 

@@ -12,9 +12,11 @@ from collections.abc import AsyncIterator, Sequence
 
 from app.errors import (
     AgentServerError,
+    LeaseLostError,
     SessionExistsError,
     SessionNotFoundError,
     StreamNotFoundError,
+    WriteConflictError,
 )
 from app.protocol import (
     STOPPED_STATUSES,
@@ -25,7 +27,9 @@ from app.protocol import (
     chunk_to_json,
 )
 from app.store.base import (
+    InboxMessage,
     InterruptFlag,
+    SessionCursor,
     SessionRecord,
     StateStore,
     StoredChunk,
@@ -66,6 +70,8 @@ class MemoryStore(StateStore):
         self._refs: dict[str, dict[str, SubSessionRef]] = {}
         self._flags: dict[str, InterruptFlag] = {}
         self._streams: dict[str, _Stream] = {}
+        self._inbox: dict[str, list[InboxMessage]] = {}
+        self._inbox_ids = 0
 
     def submit(self, batch: WriteBatch, *, hold: bool = False) -> asyncio.Future[None]:
         """Validate the whole batch, then apply it at once: all or nothing (`hold` changes
@@ -83,6 +89,8 @@ class MemoryStore(StateStore):
 
     def _apply(self, batch: WriteBatch) -> None:
         now = now_ms()
+        for session_id in batch.deleted_sessions:
+            self._delete(session_id)
         for record in batch.new_sessions:
             self._sessions[record.session_id] = record
             self._leases[record.session_id] = (record.owner_id, record.lease_expires_at)
@@ -91,8 +99,8 @@ class MemoryStore(StateStore):
             self._messages.setdefault(record.session_id, [])
         for record in batch.updated_sessions:
             self._sessions[record.session_id] = record
-            if record.status != "running":
-                self._leases[record.session_id] = (None, None)
+        if batch.release and batch.fence is not None:
+            self._leases[batch.fence[0]] = (None, None)
         for session_id in batch.cleared_messages:
             self._messages[session_id] = []
         for append in batch.messages:
@@ -101,6 +109,13 @@ class MemoryStore(StateStore):
             self._refs.setdefault(upsert.parent_session_id, {})[upsert.ref.sub_session_id] = (
                 upsert.ref
             )
+        for take in batch.inbox_taken:
+            queued = self._inbox.get(take.session_id, [])
+            self._inbox[take.session_id] = [m for m in queued if m.id > take.through]
+        for queue in batch.inbox:
+            self._inbox_ids += 1
+            message = InboxMessage(self._inbox_ids, queue.session_id, queue.content, now)
+            self._inbox.setdefault(queue.session_id, []).append(message)
         touched: set[str] = set()
         for chunk_append in batch.chunks:
             self._stream(chunk_append.stream_id).chunks.extend(chunk_append.chunks)
@@ -118,10 +133,28 @@ class MemoryStore(StateStore):
                         waiter.set_result(None)
                 stream.waiters = []
 
+    def _delete(self, session_id: str) -> None:
+        record = self._sessions.pop(session_id, None)
+        if record is None:
+            return
+        self._leases.pop(session_id, None)
+        if record.idempotency_key is not None:
+            self._by_key.pop(record.idempotency_key, None)
+        self._messages.pop(session_id, None)
+        self._refs.pop(session_id, None)
+        self._flags.pop(session_id, None)
+        self._inbox.pop(session_id, None)
+        if record.parent_session_id is not None:
+            self._refs.get(record.parent_session_id, {}).pop(session_id, None)
+
     def _validate(self, batch: WriteBatch) -> None:
+        if batch.fence is not None:
+            self._check_fence(batch, *batch.fence)
         new_ids: set[str] = set()
+        deleted = set(batch.deleted_sessions)
         for record in batch.new_sessions:
-            if record.session_id in self._sessions or record.session_id in new_ids:
+            exists = record.session_id in self._sessions and record.session_id not in deleted
+            if exists or record.session_id in new_ids:
                 raise SessionExistsError(f"Session {record.session_id!r} already exists")
             if record.idempotency_key is not None and record.idempotency_key in self._by_key:
                 raise SessionExistsError(
@@ -129,16 +162,21 @@ class MemoryStore(StateStore):
                 )
             new_ids.add(record.session_id)
         for record in batch.updated_sessions:
-            if record.session_id not in self._sessions and record.session_id not in new_ids:
+            kept = record.session_id in self._sessions and record.session_id not in deleted
+            if not kept and record.session_id not in new_ids:
                 raise SessionNotFoundError(f"Session {record.session_id!r} not found")
-        counts: dict[str, int] = dict.fromkeys(batch.cleared_messages, 0)
+        for queue in batch.inbox:
+            kept = queue.session_id in self._sessions and queue.session_id not in deleted
+            if not kept and queue.session_id not in new_ids:
+                raise SessionNotFoundError(f"Session {queue.session_id!r} not found")
+        counts: dict[str, int] = dict.fromkeys([*deleted, *batch.cleared_messages], 0)
         for append in batch.messages:
             expected = counts.get(append.session_id)
             if expected is None:
                 held = self._messages.get(append.session_id)
                 expected = len(held) if held else 0
             if append.index != expected:
-                raise SessionExistsError(
+                raise WriteConflictError(
                     f"Message {append.index} of session {append.session_id!r} conflicts: "
                     f"the next index is {expected}"
                 )
@@ -152,11 +190,17 @@ class MemoryStore(StateStore):
             # Sequences are numbered by one writer, so checking both ends checks the run.
             chunks = chunk_append.chunks
             if chunks[0].sequence != last + 1 or chunks[-1].sequence != last + len(chunks):
-                raise SessionExistsError(
+                raise WriteConflictError(
                     f"Chunks {chunks[0].sequence}..{chunks[-1].sequence} of stream "
                     f"{chunk_append.stream_id!r} do not follow {last}"
                 )
             lasts[chunk_append.stream_id] = last + len(chunks)
+
+    def _check_fence(self, batch: WriteBatch, session_id: str, owner_id: str) -> None:
+        created = [r.owner_id for r in batch.new_sessions if r.session_id == session_id]
+        holder = created[0] if created else self._leases.get(session_id, (None, None))[0]
+        if holder != owner_id:
+            raise LeaseLostError(f"The lease of session {session_id!r} is not held by {owner_id!r}")
 
     def _stream(self, stream_id: str) -> _Stream:
         stream = self._streams.get(stream_id)
@@ -194,6 +238,45 @@ class MemoryStore(StateStore):
         self._check_open()
         return list(self._refs.get(parent_session_id, {}).values())
 
+    async def list_sessions(
+        self,
+        *,
+        statuses: Sequence[SessionStatus] = (),
+        agent_type: str | None = None,
+        before: SessionCursor | None = None,
+        limit: int = 50,
+    ) -> list[SessionRecord]:
+        """Root sessions, newest first, filtered (a scan: the memory store is for tests)."""
+        self._check_open()
+        wanted = set(statuses)
+        position = None if before is None else (before.created_at, before.session_id)
+        found = [
+            record
+            for record in self._sessions.values()
+            if record.is_root
+            and (not wanted or record.status in wanted)
+            and (agent_type is None or record.agent_type == agent_type)
+            and (position is None or (record.created_at, record.session_id) < position)
+        ]
+        found.sort(key=lambda record: (record.created_at, record.session_id), reverse=True)
+        return [self._with_lease(record) for record in found[: max(limit, 0)]]
+
+    async def read_messages(
+        self, session_id: str, *, offset: int = 0, limit: int = 100
+    ) -> list[Message]:
+        """A slice of the session's conversation."""
+        self._check_open()
+        held = self._messages.get(session_id, [])
+        start = max(offset, 0)
+        return held[start : start + max(limit, 0)]
+
+    async def list_stream_sessions(self, stream_id: str) -> list[SessionRecord]:
+        """The sessions writing to the stream, oldest first."""
+        self._check_open()
+        found = [record for record in self._sessions.values() if record.stream_id == stream_id]
+        found.sort(key=lambda record: (record.created_at, record.session_id))
+        return [self._with_lease(record) for record in found]
+
     async def claim_session(self, session_id: str, owner_id: str, lease_ms: int) -> bool:
         """Take the lease if free, expired or ours."""
         await self.get_session(session_id)
@@ -225,18 +308,20 @@ class MemoryStore(StateStore):
         if lease is not None and lease[0] == owner_id:
             self._leases[session_id] = (None, None)
 
-    async def list_orphaned_sessions(self, *, owner_id: str | None = None) -> list[SessionRecord]:
-        """Running roots with no live owner (or owned by `owner_id`)."""
+    async def orphaned_trees(self, *, owner_id: str | None = None) -> list[SessionRecord]:
+        """Roots of trees with a running session and no live owner (or held by `owner_id`)."""
         self._check_open()
         now = now_ms()
+        running = {r.stream_id for r in self._sessions.values() if r.status == "running"}
         orphans = []
-        for record in self._sessions.values():
-            if record.status != "running" or not record.is_root:
+        for root_id in running:
+            root = self._sessions.get(root_id)
+            if root is None:
                 continue
-            held_by, expires = self._leases[record.session_id]
+            held_by, expires = self._leases[root_id]
             if held_by is None or (expires or 0) < now or (owner_id and held_by == owner_id):
-                orphans.append(self._with_lease(record))
-        return orphans
+                orphans.append(self._with_lease(root))
+        return sorted(orphans, key=lambda record: (record.created_at, record.session_id))
 
     async def set_interrupt_flag(self, session_id: str, reason: str | None = None) -> None:
         """Raise the flag and tell the listeners."""
@@ -248,6 +333,10 @@ class MemoryStore(StateStore):
         """Pop the flag."""
         self._check_open()
         return self._flags.pop(session_id, None)
+
+    async def read_inbox(self, session_id: str) -> list[InboxMessage]:
+        self._check_open()
+        return list(self._inbox.get(session_id, ()))
 
     async def read_chunks(
         self, stream_id: str, *, after: int = 0, limit: int = 1000

@@ -2,21 +2,24 @@
 
 One `httpx.AsyncClient` per transport, opened on first use and closed with the server. Requests
 that fail for reasons worth retrying (connection errors, timeouts, 5xx) are retried with jittered
-backoff, a bounded number of times; a stream that drops reconnects with `Last-Event-ID`, so
-nothing is repeated or lost. Every failure surfaces as `RemoteAgentError`.
+backoff for as long as `retry_for` allows, so a remote server that restarts is waited for; a
+stream that drops, or stays silent past the remote's heartbeat (a half-open connection),
+reconnects with `Last-Event-ID`, so nothing is repeated or lost. Every failure surfaces as
+`RemoteAgentError`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import httpx
 from httpx_sse import aconnect_sse
 
+from app import observability
+from app.backoff import backoff_delay
 from app.errors import RemoteAgentError
 from app.protocol import Chunk, chunk_from_json
 from app.protocol.api import SessionStatusView, StartResponse
@@ -27,15 +30,41 @@ T = TypeVar("T")
 
 _RETRYABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 
+HEARTBEAT_HEADER = "Heartbeat-Interval"
+"""The response header in which a stream says how often it sends a heartbeat when quiet."""
+
 
 class _Retryable(Exception):
     pass
 
 
+class _Outage:
+    """Failures in a row of one request or stream, and since when, against a time budget."""
+
+    def __init__(self, budget: float) -> None:
+        self.budget = budget
+        self.failures = 0
+        self.since: float | None = None
+
+    def remaining(self) -> float:
+        """Seconds of the budget left after one more failure."""
+        now = asyncio.get_running_loop().time()
+        if self.since is None:
+            self.since = now
+        self.failures += 1
+        return self.budget - (now - self.since)
+
+
 class HttpRemoteAgentTransport:
     """Talks to the agent server at `url` (its `/start`, `/stream`, `/status`, `/interrupt` and
-    `/resume`). `attempts` bounds the tries of one request, and of the reconnects of a stream
-    that makes no progress; waits between them grow from `backoff` up to `max_backoff` seconds."""
+    `/resume`).
+
+    A request that fails in a way worth retrying, or a stream that drops without progress, is
+    tried again for up to `retry_for` seconds of failures in a row (a restarting server is
+    waited for; the remote tool's own timeout bounds the whole call), with waits growing from
+    `backoff` up to `max_backoff` seconds. A stream quiet for longer than twice the heartbeat
+    its server announces (or `stream_idle` seconds when it announces none) is taken as dropped.
+    """
 
     def __init__(
         self,
@@ -43,18 +72,20 @@ class HttpRemoteAgentTransport:
         *,
         headers: Mapping[str, str] | None = None,
         timeout: float = 30.0,
-        attempts: int = 5,
+        retry_for: float = 120.0,
         backoff: float = 0.2,
         max_backoff: float = 5.0,
+        stream_idle: float = 60.0,
     ) -> None:
         if not url.startswith(("http://", "https://")):
             raise RemoteAgentError(f"A remote agent server URL must be http(s), got {url!r}")
         self.url = url.rstrip("/")
         self.headers = dict(headers or {})
         self.timeout = timeout
-        self.attempts = max(attempts, 1)
+        self.retry_for = retry_for
         self.backoff = backoff
         self.max_backoff = max_backoff
+        self.stream_idle = stream_idle
         self._client: httpx.AsyncClient | None = None
 
     def __repr__(self) -> str:
@@ -96,7 +127,7 @@ class HttpRemoteAgentTransport:
             "input": input,
             "parentSessionId": parent_session_id,
         }
-        headers = {"Idempotency-Key": session_id}
+        headers = {"Idempotency-Key": session_id, **observability.trace_headers()}
         response = await self._request("POST", "/start", json=body, headers=headers)
         return StartResponse.model_validate(response.json())
 
@@ -111,15 +142,29 @@ class HttpRemoteAgentTransport:
         """Ask the remote session and its tree to stop."""
         await self._request("POST", f"/interrupt/{session_id}", json={"reason": reason})
 
-    async def resume(self, session_id: str) -> None:
-        """Resume an interrupted remote session from its checkpoint."""
-        await self._request("POST", f"/resume/{session_id}", json={})
+    async def resume(
+        self,
+        session_id: str,
+        *,
+        tool_results: Sequence[Mapping[str, Any]] | None = None,
+        approvals: Sequence[Mapping[str, Any]] | None = None,
+    ) -> None:
+        """Resume an interrupted remote session from its checkpoint, or answer what its paused
+        tree waits for."""
+        body: dict[str, Any] = {}
+        if tool_results:
+            body["toolResults"] = list(tool_results)
+        if approvals:
+            body["approvals"] = list(approvals)
+        await self._request(
+            "POST", f"/resume/{session_id}", json=body, headers=observability.trace_headers()
+        )
 
     async def stream(self, session_id: str, from_sequence: int = 0) -> AsyncIterator[Chunk]:
         """The remote stream's chunks after `from_sequence` until its run stops, reconnecting
-        with `Last-Event-ID` when the connection drops."""
+        with `Last-Event-ID` when the connection drops or goes silent."""
         after = from_sequence
-        failures = 0
+        outage = _Outage(self.retry_for)
         while True:
             progressed = False
             try:
@@ -130,7 +175,16 @@ class HttpRemoteAgentTransport:
                     headers={"Last-Event-ID": str(after)},
                 ) as source:
                     await self._check(source.response, f"stream {session_id!r}")
-                    async for event in source.aiter_sse():
+                    idle = self._idle_limit(source.response)
+                    events = source.aiter_sse()
+                    while True:
+                        try:
+                            async with asyncio.timeout(idle):
+                                event = await anext(events)
+                        except StopAsyncIteration:
+                            break
+                        except TimeoutError:
+                            raise _Retryable(f"nothing heard for {idle:g}s") from None
                         if not event.data:
                             continue  # a heartbeat comment
                         if event.event == "end":
@@ -143,16 +197,27 @@ class HttpRemoteAgentTransport:
                         yield chunk
                 raise _Retryable("the stream closed before its end")
             except (httpx.TransportError, _Retryable) as exc:
-                failures = 0 if progressed else failures + 1
-                if failures >= self.attempts:
-                    raise RemoteAgentError(
-                        f"Lost the stream of remote session {session_id!r} at {self.url}: {exc}"
-                    ) from exc
-                await self._pause(failures, f"stream {session_id!r} dropped ({exc})")
+                if progressed:
+                    outage = _Outage(self.retry_for)
+                observability.remote_reconnect()
+                await self._after_failure(
+                    outage,
+                    f"stream {session_id!r} dropped",
+                    f"Lost the stream of remote session {session_id!r}",
+                    exc,
+                )
             except ValueError as exc:
                 raise RemoteAgentError(
                     f"Remote session {session_id!r} at {self.url} sent a bad chunk: {exc}"
                 ) from exc
+
+    def _idle_limit(self, response: httpx.Response) -> float:
+        """How long the stream may stay silent before it is taken as dropped."""
+        try:
+            heartbeat = float(response.headers.get(HEARTBEAT_HEADER, ""))
+        except ValueError:
+            return self.stream_idle
+        return 2 * heartbeat + 5 if heartbeat > 0 else self.stream_idle
 
     # -- plumbing ------------------------------------------------------------------------------
 
@@ -169,22 +234,29 @@ class HttpRemoteAgentTransport:
         return await self._retrying(once, f"{method} {path}")
 
     async def _retrying(self, call: Callable[[], Awaitable[T]], what: str) -> T:
-        for attempt in range(1, self.attempts + 1):
+        outage = _Outage(self.retry_for)
+        while True:
             try:
                 return await call()
             except (httpx.TransportError, _Retryable) as exc:
-                if attempt == self.attempts:
-                    raise RemoteAgentError(
-                        f"{what} at {self.url} failed after {attempt} attempts: "
-                        f"{exc or type(exc).__name__}"
-                    ) from exc
-                await self._pause(attempt, f"{what} failed ({exc or type(exc).__name__})")
-        raise AssertionError("unreachable")  # pragma: no cover
+                await self._after_failure(outage, f"{what} failed", what, exc)
 
-    async def _pause(self, attempt: int, why: str) -> None:
-        ceiling = min(self.backoff * 2 ** (attempt - 1), self.max_backoff)
-        wait = ceiling / 2 + random.uniform(0, ceiling / 2)
-        logger.warning("Remote agent server %s: %s; retrying in %.2fs", self.url, why, wait)
+    async def _after_failure(
+        self, outage: _Outage, what: str, failed: str, exc: BaseException
+    ) -> None:
+        """Wait before trying again, or raise `RemoteAgentError` once the outage has lasted
+        the whole budget."""
+        reason = str(exc) or type(exc).__name__
+        left = outage.remaining()
+        if left <= 0:
+            raise RemoteAgentError(
+                f"{failed} at {self.url} failed for {self.retry_for:g}s "
+                f"({outage.failures} attempts): {reason}"
+            ) from exc
+        wait = min(backoff_delay(outage.failures, self.backoff, self.max_backoff), left)
+        logger.warning(
+            "Remote agent server %s: %s (%s); retrying in %.2fs", self.url, what, reason, wait
+        )
         await asyncio.sleep(wait)
 
     async def _check(self, response: httpx.Response, what: str) -> None:

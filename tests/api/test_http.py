@@ -10,7 +10,8 @@ from pathlib import Path
 import httpx
 
 from app.agents import AgentRegistry
-from app.api.app import YOUNG_COLLECTION_THRESHOLD
+from app.api import create_app
+from app.serve import YOUNG_COLLECTION_THRESHOLD, settle_collector
 from app.settings import Settings
 from app.store.sql import SqlStore
 from tests.api.conftest import Server, read_stream, serve
@@ -70,6 +71,7 @@ async def test_a_full_run_over_http(client: httpx.AsyncClient, server: Server) -
         "lastSequence",
         "parentSessionId",
         "subSessions",
+        "pendingCalls",
         "usage",
     }
     assert server.calls == {"model:parent": 2, "model:adder": 6, "add": 3}
@@ -187,9 +189,9 @@ async def test_errors_have_one_shape(client: httpx.AsyncClient) -> None:
                 "/start", content=b"{not json", headers={"content-type": "application/json"}
             ),
             422,
-            "invalid_request",
+            "invalid_json",
         ),
-        (await client.get("/status/" + "x" * 201), 422, "invalid_request"),
+        (await client.get("/status/" + "x" * 201), 422, "invalid_session_id"),
         (await client.get("/stream/x1", headers={"Last-Event-ID": "five"}), 422, "invalid_request"),
         (await client.get("/stream/x1", params={"fromSequence": -1}), 422, "invalid_request"),
         (
@@ -304,14 +306,20 @@ async def test_the_server_cleans_up_finished_streams_past_their_retention(tmp_pa
     assert (status["status"], status["lastSequence"]) == ("completed", len(first.chunks))
 
 
-async def test_start_up_settles_the_collector(tmp_path: Path) -> None:
+async def test_the_app_leaves_the_process_alone_and_the_server_command_settles_it(
+    tmp_path: Path,
+) -> None:
     gc.unfreeze()
     gc.set_threshold(700, 10, 10)
     registry = AgentRegistry([adder(Calls())])
     settings = Settings(database_url=f"sqlite+aiosqlite:///{tmp_path}/frozen.db")
     async with serve(registry, Calls(), settings):
+        assert gc.get_threshold() == (700, 10, 10)
+    app = create_app(registry, settings=settings, on_started=settle_collector)
+    async with app.router.lifespan_context(app):
         assert gc.get_freeze_count() > 0
         assert gc.get_threshold() == (YOUNG_COLLECTION_THRESHOLD, 10, 10)
+    gc.unfreeze()
 
 
 async def test_a_quiet_stream_sends_a_heartbeat_each_period_it_is_quiet(tmp_path: Path) -> None:
@@ -331,7 +339,10 @@ async def test_a_quiet_stream_sends_a_heartbeat_each_period_it_is_quiet(tmp_path
         stream = await client.get("/stream/idle")
     blocks = [block for block in stream.text.split("\r\n\r\n") if block]
     events = [block for block in blocks if block.startswith(("id:", "event:"))]
-    assert events[-1] == 'event: end\r\ndata: {"status": "completed"}'
+    # The end's id tells a browser's reconnection after it apart (it gets a 204).
+    assert (
+        events[-1] == f'id: {len(events) - 1}-end\r\nevent: end\r\ndata: {{"status": "completed"}}'
+    )
     # Four quiet model calls of 0.5 s: about three heartbeats in each (more if the machine is
     # slow and the calls take longer), never a flood.
     assert 6 <= blocks.count(": ping") <= 20, blocks

@@ -25,6 +25,7 @@ from app.protocol import Chunk, ToolMessage
 from app.settings import Settings
 from tests.api.conftest import Server, free_port, read_stream, serve
 from tests.databases import database_url
+from tests.proxy import proxy_to
 from tests.runtime.agents import Calls
 from tests.support import check_invariants, until
 
@@ -127,7 +128,7 @@ async def pair(
             remote_calls,
             Settings(database_url=remote_url, **settings),
         ) as remote:
-            transport = HttpRemoteAgentTransport(remote.url, attempts=3, backoff=0.05)
+            transport = HttpRemoteAgentTransport(remote.url, retry_for=1.0, backoff=0.05)
             async with (
                 serve(
                     AgentRegistry([parent_agent(transport)]),
@@ -278,7 +279,7 @@ async def test_remote_failures_become_tool_errors(
 
 async def test_an_unreachable_remote_server_is_a_tool_error(tmp_path: Path) -> None:
     transport = HttpRemoteAgentTransport(
-        f"http://127.0.0.1:{free_port()}", attempts=2, backoff=0.01
+        f"http://127.0.0.1:{free_port()}", retry_for=0.2, backoff=0.01
     )
     calls = Calls()
     async with (
@@ -294,7 +295,7 @@ async def test_an_unreachable_remote_server_is_a_tool_error(tmp_path: Path) -> N
         status = await finished(client, "o")
     assert status["status"] == "completed"
     assert "POST /start at http://127.0.0.1:" in status["output"]
-    assert "failed after 2 attempts" in status["output"]
+    assert "failed for 0.2s" in status["output"]
 
 
 async def test_a_chain_of_three_servers(tmp_path: Path) -> None:
@@ -354,7 +355,7 @@ async def test_the_parent_server_restarting_reuses_the_remote_result(tmp_path: P
             AgentRegistry([slowish(remote_calls)]), remote_calls, Settings(database_url=remote_url)
         ) as remote,
     ):
-        transport = HttpRemoteAgentTransport(remote.url, attempts=3, backoff=0.05)
+        transport = HttpRemoteAgentTransport(remote.url, retry_for=1.0, backoff=0.05)
         registry = AgentRegistry([orchestrator(transport)])
         settings = Settings(database_url=parent_url, server_id="parent-1")
         async with (
@@ -385,6 +386,8 @@ async def test_the_parent_server_restarting_reuses_the_remote_result(tmp_path: P
 
 
 async def test_the_remote_server_restarting_mid_stream_is_reconnected(tmp_path: Path) -> None:
+    """The remote server is down for seconds, not a moment: the parent keeps trying (its retry
+    budget is minutes), reconnects after the last sequence it copied, and completes."""
     remote_calls, calls = Calls(), Calls()
     port = free_port()
     registry = AgentRegistry([researcher(remote_calls, steps=4, latency=0.15)])
@@ -394,7 +397,7 @@ async def test_the_remote_server_restarting_mid_stream_is_reconnected(tmp_path: 
     ):
         remote_settings = Settings(database_url=remote_url, server_id="remote-1")
         transport = HttpRemoteAgentTransport(
-            f"http://127.0.0.1:{port}", attempts=20, backoff=0.05, max_backoff=0.2
+            f"http://127.0.0.1:{port}", backoff=0.05, max_backoff=0.5
         )
         async with (
             serve(
@@ -407,12 +410,58 @@ async def test_the_remote_server_restarting_mid_stream_is_reconnected(tmp_path: 
                     "/start", json={"agentType": "orchestrator", "message": "go", "sessionId": "o"}
                 )
                 await until(lambda: remote_calls["search o-remote-r1 call-1-0"] > 0)
-            await asyncio.sleep(0.3)  # the remote server is down; the parent keeps trying
+            await asyncio.sleep(3.5)  # the remote server is down; the parent keeps trying
             async with serve(registry, remote_calls, remote_settings, port=port) as remote:
                 status = await finished(client, "o")
                 read = await read_stream(client, "o")
                 async with httpx.AsyncClient(base_url=remote.url) as remote_client:
                     remote_read = await read_stream(remote_client, "o-remote-r1")
+
+    assert status["status"] == "completed"
+    assert "found q3" in status["output"]
+    assert [c.sequence for c in read.chunks] == list(range(1, len(read.chunks) + 1))
+    assert remote_part(read.chunks, "o-remote-r1") == remote_part(remote_read.chunks, "o-remote-r1")
+
+
+async def test_a_half_open_connection_to_the_remote_server_is_noticed(tmp_path: Path) -> None:
+    """The network between the servers goes silent mid-stream (the connection stays open,
+    nothing arrives): the parent notices once the remote's heartbeats stop, reconnects, and
+    completes without a chunk twice."""
+    remote_calls, calls = Calls(), Calls()
+    registry = AgentRegistry([researcher(remote_calls, steps=4, latency=0.15)])
+    async with (
+        database_url("sqlite", tmp_path / "remote") as remote_url,
+        database_url("sqlite", tmp_path / "parent") as parent_url,
+        serve(
+            registry, remote_calls, Settings(database_url=remote_url, stream_heartbeat=0.2)
+        ) as remote,
+    ):
+        port = int(remote.url.rsplit(":", 1)[1])
+        async with proxy_to("127.0.0.1", port) as proxy:
+            transport = HttpRemoteAgentTransport(f"http://127.0.0.1:{proxy.port}", backoff=0.05)
+            async with (
+                serve(
+                    AgentRegistry([orchestrator(transport)]),
+                    calls,
+                    Settings(database_url=parent_url),
+                ) as parent,
+                httpx.AsyncClient(base_url=parent.url) as client,
+            ):
+                await client.post(
+                    "/start", json={"agentType": "orchestrator", "message": "go", "sessionId": "o"}
+                )
+                await until(lambda: remote_calls["search o-remote-r1 call-1-0"] > 0)
+                proxy.blackhole()
+                await asyncio.sleep(0.5)
+                proxy.heal()  # new connections pass again; the silent one stays silent
+                status = {"status": "running"}
+                async with asyncio.timeout(30):
+                    while status["status"] == "running":
+                        await asyncio.sleep(0.1)
+                        status = (await client.get("/status/o")).json()
+                read = await read_stream(client, "o")
+            async with httpx.AsyncClient(base_url=remote.url) as remote_client:
+                remote_read = await read_stream(remote_client, "o-remote-r1")
 
     assert status["status"] == "completed"
     assert "found q3" in status["output"]

@@ -85,7 +85,8 @@ def test_a_configured_real_model_drives_every_agent() -> None:
     assert isinstance(model, RetryingModel)
     assert isinstance(model.model, OpenAIChatModel)
     assert model.model.model == "demo-model"
-    assert model.name == "OpenAIChatModel(demo-model at http://127.0.0.1:9/v1/)"
+    assert model.name == "OpenAIChatModel(demo-model)"
+    assert model.model.base_url == "http://127.0.0.1:9/v1/"
     asyncio.run(model.aclose())
 
 

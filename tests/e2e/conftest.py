@@ -69,8 +69,21 @@ def server_env(database_url: str, **settings: str) -> dict[str, str]:
     return env
 
 
-def server_command(port: int) -> list[str]:
-    """The command line of a server on `port`."""
+def server_command(port: int, workers: int = 1) -> list[str]:
+    """The command line of a server on `port`: uvicorn itself, or with several workers the
+    server command (`python -m app.serve`), which also checks and migrates before forking."""
+    if workers > 1:
+        return [
+            sys.executable,
+            "-m",
+            "app.serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+        ]
     return [
         sys.executable,
         "-m",
@@ -146,9 +159,9 @@ class Cluster:
     def call_log(self) -> Path:
         return self.folder / "calls.jsonl"
 
-    async def start(self, name: str, **settings: str) -> ServerProcess:
-        """Start a server named `name` with extra settings (e.g. SERVER_ID="a") and wait until
-        it answers /readyz."""
+    async def start(self, name: str, *, workers: int = 1, **settings: str) -> ServerProcess:
+        """Start a server named `name` (with `workers` worker processes) with extra settings
+        (e.g. SERVER_ID="a") and wait until it answers /readyz."""
         env = server_env(self.database_url, **settings)
         env[CALL_LOG_ENV] = str(self.call_log)
         log_path = self.folder / f"server-{name}.log"
@@ -157,7 +170,7 @@ class Cluster:
             log = _open_log(log_path)
             try:
                 process = await asyncio.create_subprocess_exec(
-                    *server_command(port),
+                    *server_command(port, workers),
                     cwd=ROOT,
                     env=env,
                     stdin=subprocess.DEVNULL,

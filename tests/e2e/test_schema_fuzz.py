@@ -1,147 +1,176 @@
-"""No endpoint answers 5xx to generated requests: schemathesis over the server's own OpenAPI
-document, valid and invalid inputs, against a real server running the shipped demo agents.
+"""Schemathesis, with all its checks, finds nothing: the server answers what its OpenAPI
+document says, on SQLite and on PostgreSQL, and what it refused left nothing behind.
 
-Every operation gets valid and invalid requests and its documented examples. The test is
-synchronous (schemathesis drives hypothesis and `requests`); its server is a subprocess like every
-other e2e server. It draws cases from `APIOperation.as_strategy` itself rather than through
-`schema.parametrize`, whose pytest plugin reads a private attribute that pytest 9 no longer has.
+Each pass runs the `schemathesis` command line, as a person checking the API would, against a
+real server serving the demo agents: its examples, its coverage phase (boundary values, missing
+and malformed parameters, other methods), fuzzing with valid and invalid requests, and stateful
+sequences that follow the document's links from `POST /start` to the session it created. The
+document names each agent with the input it takes, so valid starts run real sessions, which
+`/status`, `/stream`, `/interrupt` and `/resume` then reach, and so do the chat endpoints (an
+example turn per agent), whose answers are streams checked event by event. The PostgreSQL pass
+also sets an API key, which the `ignored_auth` check probes. The HAR report counts the requests
+and tells which starts and turns were accepted; afterwards the database must hold exactly those
+sessions and their trees.
 """
 
 from __future__ import annotations
 
-import contextlib
-import subprocess
-import time
-from collections.abc import Iterator
+import asyncio
+import json
+import os
+import sys
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
-import httpx
 import pytest
-import requests
-import schemathesis
-from hypothesis import HealthCheck, given, settings
-from hypothesis.errors import Unsatisfiable
-from schemathesis import GenerationMode
+from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.pool import NullPool
 
-from tests.e2e.conftest import ROOT, START_TIMEOUT, free_port, server_command, server_env
+from tests.e2e.conftest import ROOT, open_cluster
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-MAX_EXAMPLES = 40
-"""Examples per operation: with 8 operations, a few hundred requests in a few seconds."""
+SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")
+FUZZING_EXAMPLES = 100
+"""Cases per operation in the fuzzing phase. Generating them, not serving them, is what a pass
+costs (the server spends about a tenth of it): a chat turn's free-form messages take the
+fuzzer 50 to 130 ms each. At 300, as for the first 8 operations, the 16 take 80 s a pass."""
+STATEFUL_EXAMPLES = 200
+"""Scenarios of the stateful phase, which follow the document's links from a start to the
+session it made: the live sessions. With the examples and the coverage phase (every boundary
+value, missing and malformed parameter and other method, whatever the numbers): 3,500 to
+4,500 requests per pass, 70 to 90 seconds each on two busy cores."""
+MIN_REQUESTS = 2000
+SEED = 18
+FUZZ_TIMEOUT = 420.0
+LIVE = ("GET /status", "GET /stream", "POST /interrupt", "POST /resume")
+"""Operations on a session: the fuzzer must reach live ones, not only unknown ids."""
+CHATS = {"POST /ai-sdk": "id", "POST /ag-ui": "threadId"}
+"""The chat endpoints, whose turn starts a session for a new id: where their body names it."""
 
 
-@pytest.fixture(scope="module")
-def api_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A server running the demo agents without latency, on a fresh SQLite file."""
-    folder = tmp_path_factory.mktemp("fuzz")
-    env = server_env(
-        f"sqlite+aiosqlite:///{folder / 'store.db'}",
-        AGENT_MODULE="app.demo:registry",
-        DEMO_LATENCY="0",
+async def fuzz(url: str, folder: Path, *, api_key: str | None) -> tuple[list[dict[str, Any]], str]:
+    """Run schemathesis against `url`; its HAR entries and its output."""
+    report = folder / "fuzz.har.json"
+    config = folder / "schemathesis.toml"
+    config.write_text(
+        f"[phases.fuzzing.generation]\nmax-examples = {FUZZING_EXAMPLES}\n\n"
+        f"[phases.stateful.generation]\nmax-examples = {STATEFUL_EXAMPLES}\n"
     )
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    with (folder / "server.log").open("wb") as log:
-        process = subprocess.Popen(
-            server_command(port), cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
-        )
-    try:
-        _wait_ready(url, process, folder / "server.log")
-        yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
-
-
-def _wait_ready(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT
-    with httpx.Client(base_url=url, timeout=2, trust_env=False) as client:
-        while time.monotonic() < deadline and process.poll() is None:
-            with contextlib.suppress(httpx.TransportError):
-                if client.get("/readyz").status_code == 200:
-                    return
-            time.sleep(0.05)
-    raise AssertionError(f"the server did not start\n{log.read_text(errors='replace')[-3000:]}")
-
-
-def check_response(case: schemathesis.Case, api_url: str, session: requests.Session) -> None:
-    """One generated request: never a 5xx, and every 4xx in the API's one error shape."""
-    response = case.call(base_url=api_url, session=session, timeout=10)
-    where = f"{case.as_curl_command()}\n-> {response.status_code} {response.text[:500]}"
-    assert response.status_code < 500, where
-    if response.status_code >= 400:
-        error = response.json()["error"]
-        assert isinstance(error["code"], str), where
-        assert isinstance(error["message"], str), where
-        assert error["code"], where
-        assert error["message"], where
-
-
-BOUNDED = settings(
-    max_examples=MAX_EXAMPLES,
-    deadline=None,
-    database=None,
-    derandomize=True,
-    suppress_health_check=list(HealthCheck),
-)
-"""A fixed seed and no example database: the same requests every run, nothing written to disk."""
-
-
-def test_no_endpoint_answers_5xx(api_url: str) -> None:
-    session = requests.Session()
-    session.trust_env = False  # loopback only, whatever proxy the environment names
-    document = session.get(f"{api_url}/openapi.json", timeout=10).json()
-    schema = schemathesis.openapi.from_dict(document)
-    operations = [result.ok() for result in schema.get_all_operations()]
-    nothing_to_break: list[str] = []
-    for operation in operations:
-        strategies = [
-            (
-                GenerationMode.POSITIVE,
-                operation.as_strategy(generation_mode=GenerationMode.POSITIVE),
-            ),
-            (
-                GenerationMode.NEGATIVE,
-                operation.as_strategy(generation_mode=GenerationMode.NEGATIVE),
-            ),
-            *((None, strategy) for strategy in schema.get_strategies_from_examples(operation)),
-        ]
-        for mode, strategy in strategies:
-
-            @BOUNDED
-            @given(case=strategy)
-            def generated(case: schemathesis.Case) -> None:
-                check_response(case, api_url, session)
-
-            try:
-                generated()
-            except Unsatisfiable:
-                # An operation without parameters or body has no invalid request to make.
-                if mode is not GenerationMode.NEGATIVE:
-                    raise
-                nothing_to_break.append(operation.label)
-    assert sorted(operation.label for operation in operations) == [
-        "GET /agents",
-        "GET /healthz",
-        "GET /readyz",
-        "GET /status/{session_id}",
-        "GET /stream/{stream_id}",
-        "POST /interrupt/{session_id}",
-        "POST /resume/{session_id}",
-        "POST /start",
+    command = [
+        str(SCHEMATHESIS),
+        f"--config-file={config}",
+        "run",
+        f"{url}/openapi.json",
+        "--checks=all",
+        f"--seed={SEED}",
+        "--generation-database=none",
+        "--request-timeout=30",
+        "--no-color",
+        "--report=har",
+        f"--report-har-path={report}",
     ]
-    assert nothing_to_break == ["GET /agents", "GET /healthz", "GET /readyz"]
+    if api_key is not None:
+        command.append(f"--header=Authorization: Bearer {api_key}")
+    env = {
+        **os.environ,
+        "SCHEMATHESIS_HOOKS": "tests.e2e.fuzz_hooks",
+        "PYTHONPATH": str(ROOT),
+        "NO_PROXY": "*",
+    }
+    process = await asyncio.create_subprocess_exec(
+        *command,
+        cwd=folder,
+        env=env,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        output, _ = await asyncio.wait_for(process.communicate(), FUZZ_TIMEOUT)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise
+    text = output.decode(errors="replace")
+    assert process.returncode == 0, text[-12000:]
+    return json.loads(report.read_text())["log"]["entries"], text
 
 
-@pytest.mark.parametrize("path", ["/start", "/interrupt/x1", "/resume/x1"])
-def test_a_body_that_is_not_utf8_is_a_422(api_url: str, path: str) -> None:
-    with httpx.Client(base_url=api_url, timeout=5, trust_env=False) as client:
-        response = client.post(
-            path, content=b"\xff\xfe{", headers={"content-type": "application/json"}
-        )
-    assert (response.status_code, response.json()["error"]["code"]) == (422, "invalid_request")
+def operation(entry: dict[str, Any]) -> str:
+    """`METHOD /first-segment` of a HAR entry."""
+    path = "/" + entry["request"]["url"].split("/", 3)[3].split("?")[0]
+    return f"{entry['request']['method']} /{path.split('/')[1]}"
+
+
+async def stored(database_url: str) -> dict[str, set[tuple[str, ...]]]:
+    """What the database holds that a request could have written, table by table."""
+    queries = {
+        "sessions": "SELECT session_id, stream_id FROM sessions",
+        "messages": "SELECT DISTINCT session_id FROM messages",
+        "streams": "SELECT stream_id FROM streams",
+        "chunks": "SELECT DISTINCT stream_id FROM chunks",
+        "refs": "SELECT parent_session_id, sub_session_id FROM sub_session_refs",
+        "flags": "SELECT session_id FROM interrupt_flags",
+    }
+    engine = create_async_engine(database_url, poolclass=NullPool)
+    try:
+        async with engine.connect() as connection:
+            return {
+                table: {tuple(row) for row in await connection.exec_driver_sql(query)}
+                for table, query in queries.items()
+            }
+    finally:
+        await engine.dispose()
+
+
+async def fuzz_pass(
+    backend: str, api_key: str | None, folder: Path
+) -> tuple[list[dict[str, Any]], str, dict[str, set[tuple[str, ...]]]]:
+    """Fuzz a demo server on a fresh database of `backend`; the requests, the fuzzer's output,
+    and what the database held once the server had stopped."""
+    async with open_cluster(backend, folder) as cluster:
+        settings = {"AGENT_MODULE": "app.demo:registry", "DEMO_LATENCY": "0.01"}
+        if api_key is not None:
+            settings["API_KEY"] = api_key
+        server = await cluster.start("fuzzed", **settings)
+        entries, output = await fuzz(server.url, folder, api_key=api_key)
+        await server.stop()
+        return entries, output, await stored(cluster.database_url)
+
+
+@pytest.mark.parametrize(("backend", "api_key"), [("sqlite", None), ("postgres", "fuzz-key")])
+def test_schemathesis_with_all_checks_finds_nothing(
+    backend: str, api_key: str | None, tmp_path: Path
+) -> None:
+    # Synchronous, like the fuzzer: the server under test is another process, and this one
+    # only waits for a minute, so its own event loop has nothing to prove.
+    entries, output, held = asyncio.run(fuzz_pass(backend, api_key, tmp_path))
+    answers = Counter((operation(entry), entry["response"]["status"]) for entry in entries)
+    summary = f"{len(entries)} requests: {sorted(answers.items())}\n{output[-3000:]}"
+    print(summary)  # the figures, with -s
+    assert len(entries) >= MIN_REQUESTS, summary
+    for live in LIVE:
+        assert sum(n for (op, status), n in answers.items() if op == live and status < 300), live
+    created = [
+        json.loads(entry["response"]["content"]["text"])["sessionId"]
+        for entry in entries
+        if operation(entry) == "POST /start" and entry["response"]["status"] == 201
+    ]
+    assert len(created) == len(set(created)) > 0
+    chatted = {
+        json.loads(entry["request"]["postData"]["text"])[CHATS[operation(entry)]]
+        for entry in entries
+        if operation(entry) in CHATS and entry["response"]["status"] == 200
+    }
+    assert chatted, "no chat turn was accepted"
+    # Refused requests wrote nothing: the database holds the accepted starts and chat turns,
+    # and their trees.
+    sessions = {session_id for session_id, _ in held["sessions"]}
+    roots = {session_id for session_id, stream_id in held["sessions"] if session_id == stream_id}
+    assert roots == set(created) | chatted
+    assert {stream_id for _, stream_id in held["sessions"]} <= roots
+    assert {row[0] for row in held["streams"] | held["chunks"]} <= roots
+    assert {row[0] for row in held["messages"] | held["flags"]} <= sessions
+    assert {cell for row in held["refs"] for cell in row} <= sessions

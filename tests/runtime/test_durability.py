@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from app import AgentRegistry, AgentRuntime, create_sub_agent_tool, define_agent, define_tool
 from app.agents import ToolContext
 from app.errors import (
+    LifecycleError,
     SessionExistsError,
     SessionNotFoundError,
     StoreError,
@@ -183,6 +184,35 @@ async def test_a_run_abandoned_mid_step_is_taken_over_on_a_fresh_store(opener: A
     assert calls == EVERY_CALL + in_flight
 
 
+async def test_an_interrupt_of_an_orphaned_tree_reaches_every_session(opener: Any) -> None:
+    """The owner dies; an interrupt arrives while no one runs the tree; whoever takes it over
+    stops it at once, and the children the dead owner ran stop with it (none stays running
+    with no owner)."""
+    calls: Counter[str] = Counter()
+    pause = {"worker": 0.3}
+    registry = build(calls, pause)
+    workers = [f"r-sub-call-0-{i}" for i in range(3)]
+    async with opener() as store:
+        async with AgentRuntime(
+            registry, store=store, lease_ms=200, takeover_interval=None
+        ) as doomed:
+            await doomed.execute("root", "go", session_id="r")
+            await until(lambda: sum(k.endswith(" 1") and "sub" in k for k in calls) == 3)
+        assert (await store.get_session("r")).status == "running"
+    async with opener() as store:
+        async with AgentRuntime(registry, store=store, takeover_interval=None) as bystander:
+            assert await bystander.interrupt("r", "stop it") == "running"
+        async with AgentRuntime(registry, store=store, takeover_interval=0.05) as heir:
+            await until_status(store, "r", "interrupted")
+            statuses = [(await store.get_session(w)).status for w in workers]
+            refs = [ref.status for ref in await store.get_sub_session_refs("r")]
+            assert await heir.interrupt(workers[0]) == "interrupted"
+            record = await store.get_session("r")
+    assert statuses == ["interrupted"] * 3
+    assert refs == ["interrupted"] * 3
+    assert (record.status, record.error) == ("interrupted", "stop it")
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 async def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
     async with database_url(request.param, tmp_path) as url:
@@ -280,7 +310,7 @@ async def test_a_fresh_run_whose_creation_fails_stops_and_leaves_nothing(
         await asyncio.sleep(0.1)
         (session_id,) = {key.split()[1].partition("-sub-")[0] for key in calls}
         assert any("-sub-" in key for key in calls) == (fails_after > 0.03)
-        assert not runtime.active
+        assert not runtime.trees
         with pytest.raises(SessionNotFoundError):
             await store.get_session(session_id)
         with pytest.raises(StreamNotFoundError):
@@ -290,3 +320,52 @@ async def test_a_fresh_run_whose_creation_fails_stops_and_leaves_nothing(
         await asyncio.sleep(0.1)
         assert calls == stopped
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_a_stale_owner_never_repeats_what_the_new_owner_did(
+    shared_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process paused past its lease (its model call in flight) wakes after another server
+    took the session over and finished it: it starts no tool and writes nothing."""
+    calls: Counter[str] = Counter()
+    gate = asyncio.Event()
+
+    class Side(BaseModel):
+        n: int
+
+    @define_tool("side", description="A side effect.", input_schema=Side)
+    async def side(input: Side, ctx: ToolContext[Any]) -> str:
+        calls[f"side {ctx.session_id} {ctx.tool_call_id}"] += 1
+        return "done"
+
+    class Gated(Model):
+        async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+            turn = sum(m.role == "assistant" for m in request.messages)
+            calls[f"model {request.session_id} {turn}"] += 1
+            if turn == 0 and calls["model r 0"] == 1:
+                await gate.wait()  # the paused process
+            if turn == 0:
+                yield ToolCallReady(ToolCall("side", {"n": 1}))
+            else:
+                yield TextDelta("finished")
+
+    registry = AgentRegistry([define_agent("root", tools=[side], model=Gated())])
+    async with (
+        create_store(shared_url) as here,
+        create_store(shared_url) as there,
+        AgentRuntime(registry, store=here, owner_id="stale", takeover_interval=None) as stale,
+    ):
+        handle = await stale.execute("root", "go", session_id="r")
+        await until(lambda: calls["model r 0"] == 1)
+        await here.renew_leases("stale", ["r"], -1)  # its lease lapses while it is paused
+        async with AgentRuntime(registry, store=there, owner_id="heir", takeover_interval=0.05):
+            await until_status(there, "r", "completed")
+        # The paused process wakes: its clock has moved on past the lease.
+        clock = time.monotonic() + 3600
+        monkeypatch.setattr("app.runtime.trees.monotonic", lambda: clock)
+        gate.set()
+        with pytest.raises(LifecycleError):
+            await asyncio.wait_for(handle.result(), 10)
+        record = await here.get_session("r")
+    assert calls == Counter({"model r 0": 2, "model r 1": 1, "side r call-0-0": 1})
+    assert (record.status, record.output) == ("completed", "finished")

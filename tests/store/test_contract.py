@@ -8,10 +8,12 @@ import dataclasses
 import pytest
 
 from app.errors import (
+    LeaseLostError,
     SessionExistsError,
     SessionNotFoundError,
     StoreClosedError,
     StreamNotFoundError,
+    WriteConflictError,
 )
 from app.protocol import (
     AssistantMessage,
@@ -121,12 +123,12 @@ async def test_update_replaces_the_record_but_not_its_lease(store: StateStore) -
 
 
 @pytest.mark.parametrize("status", ["completed", "failed", "interrupted", "paused_awaiting_client"])
-async def test_an_update_that_stops_the_session_releases_its_lease(
+async def test_a_write_that_ends_a_tree_releases_its_lease(
     store: StateStore, status: SessionStatus
 ) -> None:
     await create(store, session("a", owner_id="me", lease_expires_at=now_ms() + 60_000))
     stopped = session("a", status=status, step_count=2, owner_id="me", lease_expires_at=1)
-    await store.commit(WriteBatch(updated_sessions=[stopped]))
+    await store.commit(WriteBatch(updated_sessions=[stopped], fence=("a", "me"), release=True))
     assert await store.get_session("a") == dataclasses.replace(
         stopped, owner_id=None, lease_expires_at=None
     )
@@ -181,7 +183,7 @@ async def test_message_index_conflict_fails_the_batch(store: StateStore) -> None
         updated_sessions=[session("a", step_count=9)],
         messages=[MessageAppend("a", 0, UserMessage(content="again"))],
     )
-    with pytest.raises(SessionExistsError):
+    with pytest.raises(WriteConflictError):
         await store.commit(batch)
     assert await store.load_messages("a") == [UserMessage(content="one")]
     assert (await store.get_session("a")).step_count == 0
@@ -328,13 +330,13 @@ async def test_a_watch_wakes_on_what_changed_since_its_read(store: StateStore) -
 
 async def test_chunk_sequences_must_follow_without_gap(store: StateStore) -> None:
     await store.commit(WriteBatch(chunks=[ChunkAppend("s1", [delta(1), delta(2)])]))
-    with pytest.raises(SessionExistsError):
+    with pytest.raises(WriteConflictError):
         await store.commit(
             WriteBatch(
                 streams=[StreamUpdate("s1", "completed")], chunks=[ChunkAppend("s1", [delta(4)])]
             )
         )
-    with pytest.raises(SessionExistsError):
+    with pytest.raises(WriteConflictError):
         await store.commit(WriteBatch(chunks=[ChunkAppend("s1", [delta(2)])]))
     state = await store.get_stream("s1")
     assert (state.last_sequence, state.status) == (2, "running")
@@ -491,7 +493,7 @@ async def test_expired_lease_can_be_taken_over(store: StateStore) -> None:
         await store.claim_session("ghost", "alive", 1_000)
 
 
-async def test_orphaned_sessions_are_running_roots_without_a_live_owner(
+async def test_orphaned_trees_have_a_running_session_and_no_live_owner(
     store: StateStore,
 ) -> None:
     future = now_ms() + 60_000
@@ -503,11 +505,48 @@ async def test_orphaned_sessions_are_running_roots_without_a_live_owner(
         session("mine", owner_id="me", lease_expires_at=future),
         session("done", status="completed"),
         session("child", stream_id="expired", parent_session_id="expired"),
+        # A root whose turn ended while a child of its tree runs on: the tree still runs.
+        session("turned", status="completed", owner_id="dead", lease_expires_at=now_ms() - 1),
+        session("detached", stream_id="turned", parent_session_id="turned"),
+        # A tree with nothing running is nobody's concern, whatever its lease says.
+        session("idle", status="completed", owner_id="dead", lease_expires_at=now_ms() - 1),
     )
-    found = {r.session_id for r in await store.list_orphaned_sessions()}
-    assert found == {"expired", "unowned"}
-    found = {r.session_id for r in await store.list_orphaned_sessions(owner_id="me")}
-    assert found == {"expired", "unowned", "mine"}
+    found = [r.session_id for r in await store.orphaned_trees()]
+    assert sorted(found) == ["expired", "turned", "unowned"]
+    found = [r.session_id for r in await store.orphaned_trees(owner_id="me")]
+    assert sorted(found) == ["expired", "mine", "turned", "unowned"]
+
+
+async def test_a_batch_gives_up_the_lease_it_is_fenced_by(store: StateStore) -> None:
+    future = now_ms() + 60_000
+    await create(store, session("r", owner_id="me", lease_expires_at=future))
+    ended = session("r", status="completed")
+    # An update alone leaves the lease as it is, whatever the status.
+    await store.commit(WriteBatch(updated_sessions=[ended], fence=("r", "me")))
+    assert (await store.get_session("r")).owner_id == "me"
+    await store.commit(WriteBatch(updated_sessions=[ended], fence=("r", "me"), release=True))
+    record = await store.get_session("r")
+    assert (record.owner_id, record.lease_expires_at) == (None, None)
+    # Created and ended in one write: the lease is given up too.
+    await store.commit(
+        WriteBatch(
+            new_sessions=[session("q", owner_id="me", lease_expires_at=future)],
+            updated_sessions=[session("q", status="completed")],
+            fence=("q", "me"),
+            release=True,
+        )
+    )
+    assert (await store.get_session("q")).owner_id is None
+    # Given up without an update of the session (the last of its tree to end was a child).
+    await create(store, session("t", owner_id="me", lease_expires_at=future))
+    await store.commit(
+        WriteBatch(
+            new_sessions=[session("t-sub-c", stream_id="t", parent_session_id="t")],
+            fence=("t", "me"),
+            release=True,
+        )
+    )
+    assert (await store.get_session("t")).owner_id is None
 
 
 # -- lifecycle ------------------------------------------------------------------------------------
@@ -527,7 +566,7 @@ async def test_cleared_messages_restart_a_conversation_atomically(store: StateSt
     await create(store, session("a"))
     first = [UserMessage(content="one"), AssistantMessage(content="two")]
     await store.commit(WriteBatch(messages=[MessageAppend("a", i, m) for i, m in enumerate(first)]))
-    with pytest.raises(SessionExistsError):
+    with pytest.raises(WriteConflictError):
         await store.commit(
             WriteBatch(
                 cleared_messages=["a"], messages=[MessageAppend("a", 2, UserMessage(content="x"))]
@@ -540,3 +579,96 @@ async def test_cleared_messages_restart_a_conversation_atomically(store: StateSt
         )
     )
     assert await store.load_messages("a") == [UserMessage(content="again")]
+
+
+async def test_deleted_sessions_go_with_their_conversations_refs_and_flags(
+    store: StateStore,
+) -> None:
+    """A child started again from scratch supersedes its old subtree in the same write."""
+    mid = session("root-sub-m", stream_id="root", parent_session_id="root")
+    leaf = session("root-sub-m-sub-l", stream_id="root", parent_session_id="root-sub-m")
+    await create(store, session("root"), mid, leaf)
+
+    def ref(parent: str, child: str) -> RefUpsert:
+        return RefUpsert(
+            parent,
+            SubSessionRef(
+                sub_session_id=child,
+                agent_type="agent",
+                parent_tool_call_id="c",
+                status="failed",
+                started_at=1,
+            ),
+        )
+
+    await store.commit(
+        WriteBatch(
+            messages=[
+                MessageAppend("root-sub-m", 0, UserMessage(content="m")),
+                MessageAppend("root-sub-m-sub-l", 0, UserMessage(content="l")),
+            ],
+            refs=[
+                ref("root", "root-sub-m"),
+                ref("root-sub-m", "root-sub-m-sub-l"),
+                ref("root-sub-m", "root-sub-m-remote-r"),
+            ],
+        )
+    )
+    await store.set_interrupt_flag("root-sub-m-sub-l", "stop")
+    await store.commit(
+        WriteBatch(
+            deleted_sessions=["root-sub-m-sub-l", "never-was"],
+            cleared_messages=["root-sub-m"],
+            updated_sessions=[dataclasses.replace(mid, status="running", step_count=0)],
+            messages=[MessageAppend("root-sub-m", 0, UserMessage(content="again"))],
+        )
+    )
+    with pytest.raises(SessionNotFoundError):
+        await store.get_session("root-sub-m-sub-l")
+    assert await store.load_messages("root-sub-m-sub-l") == []
+    assert await store.check_interrupt_flag("root-sub-m-sub-l") is None
+    assert [r.sub_session_id for r in await store.get_sub_session_refs("root-sub-m")] == [
+        "root-sub-m-remote-r"
+    ]
+    assert [r.sub_session_id for r in await store.get_sub_session_refs("root")] == ["root-sub-m"]
+    assert await store.load_messages("root-sub-m") == [UserMessage(content="again")]
+    # The superseded id is free again: the new run creates its child anew.
+    await create(store, leaf)
+    assert (await store.get_session("root-sub-m-sub-l")).status == "running"
+
+
+async def test_a_fenced_batch_lands_only_while_its_lease_is_held(store: StateStore) -> None:
+    future = now_ms() + 60_000
+    fenced = ("r", "me")
+    # A session the batch creates holds its record's lease.
+    await store.commit(
+        WriteBatch(
+            new_sessions=[session("r", owner_id="me", lease_expires_at=future)], fence=fenced
+        )
+    )
+    with pytest.raises(LeaseLostError):
+        await store.commit(
+            WriteBatch(new_sessions=[session("x", owner_id="other")], fence=("x", "me"))
+        )
+    await store.commit(
+        WriteBatch(messages=[MessageAppend("r", 0, UserMessage(content="mine"))], fence=fenced)
+    )
+    # Another server takes the session over once the lease has lapsed.
+    await store.renew_leases("me", ["r"], -1)
+    assert await store.claim_session("r", "heir", 60_000)
+    with pytest.raises(LeaseLostError):
+        await store.commit(
+            WriteBatch(
+                messages=[MessageAppend("r", 1, UserMessage(content="stale"))],
+                updated_sessions=[session("r", step_count=9)],
+                fence=fenced,
+            )
+        )
+    assert await store.load_messages("r") == [UserMessage(content="mine")]
+    assert (await store.get_session("r")).step_count == 0
+    await store.commit(
+        WriteBatch(
+            messages=[MessageAppend("r", 1, UserMessage(content="heir's"))], fence=("r", "heir")
+        )
+    )
+    assert len(await store.load_messages("r")) == 2

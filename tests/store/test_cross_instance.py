@@ -10,7 +10,12 @@ import asyncpg  # type: ignore[import-untyped]
 import pytest
 from sqlalchemy.engine import make_url
 
-from app.errors import SessionExistsError, StoreError, StreamNotFoundError
+from app.errors import (
+    StoreError,
+    StoreUnavailableError,
+    StreamNotFoundError,
+    WriteConflictError,
+)
 from app.protocol import TextDeltaChunk
 from app.store import ChunkAppend, StreamUpdate, WriteBatch
 from app.store.base import StreamPage
@@ -214,7 +219,7 @@ async def test_dropped_connections_are_store_errors_and_the_store_recovers(
                 errors.append(exc)
                 await store.commit(WriteBatch(chunks=[ChunkAppend("s", [delta("s", sequence)])]))
             assert (await store.get_stream("s")).last_sequence == sequence
-        assert all(type(error) is StoreError for error in errors)
+        assert all(type(error) is StoreUnavailableError for error in errors)
         assert [c.sequence for c in await store.read_chunks("s")] == list(range(1, 12))
 
 
@@ -252,7 +257,7 @@ async def test_two_instances_racing_on_one_stream_never_both_land(
         )
         landed = [outcome for outcome in outcomes if outcome is None]
         assert len(landed) == 1, outcomes
-        assert all(isinstance(o, SessionExistsError) for o in outcomes if o is not None)
+        assert all(isinstance(o, WriteConflictError) for o in outcomes if o is not None)
     chunks = await second.read_chunks("raced")
     assert [chunk.sequence for chunk in chunks] == list(range(1, 21))
     assert (await first.get_stream("raced")).last_sequence == 20

@@ -9,7 +9,13 @@ from typing import Literal
 
 import pytest
 
-from app.errors import SessionExistsError, SessionNotFoundError, StoreClosedError, StoreError
+from app.errors import (
+    SessionExistsError,
+    SessionNotFoundError,
+    StoreClosedError,
+    StoreError,
+    WriteConflictError,
+)
 from app.protocol import SubSessionRef, TextDeltaChunk, UserMessage
 from app.store import (
     ChunkAppend,
@@ -56,7 +62,7 @@ async def test_concurrent_commits_share_transactions_and_a_bad_batch_fails_alone
             chunk = delta(stream_id, sequence + 100 if wrong else sequence)
             try:
                 await sql_store.commit(WriteBatch(chunks=[ChunkAppend(stream_id, [chunk])]))
-            except SessionExistsError as exc:
+            except WriteConflictError as exc:
                 outcomes.append(exc)
                 fixed = delta(stream_id, sequence)
                 await sql_store.commit(WriteBatch(chunks=[ChunkAppend(stream_id, [fixed])]))
@@ -125,7 +131,7 @@ async def test_each_failing_batch_gets_its_own_error(sql_store: SqlStore) -> Non
         SessionExistsError,
         SessionNotFoundError,
         SessionExistsError,
-        SessionExistsError,
+        WriteConflictError,
         type(None),
         type(None),
     ]
@@ -191,7 +197,7 @@ async def test_a_session_created_and_stopped_in_one_group_holds_no_lease(
     groups_before = sql_store.commit_groups
     await asyncio.gather(
         sql_store.commit(WriteBatch(new_sessions=[created])),
-        sql_store.commit(WriteBatch(updated_sessions=[ended])),
+        sql_store.commit(WriteBatch(updated_sessions=[ended], fence=("brief", "me"), release=True)),
     )
     assert sql_store.commit_groups - groups_before == 1
     assert await sql_store.get_session("brief") == dataclasses.replace(

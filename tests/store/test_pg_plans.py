@@ -24,7 +24,8 @@ def _params() -> dict[str, object]:
     ids = ["s-1", "s-2", "s-3"]
     session = {"session_id": "s-1", "status": "running", "state": "{}", "input": "{}"}
     return {
-        **{prefix + "rows": json.dumps([session]) for prefix in PARTS},
+        **{prefix + "rows": json.dumps([session]) for prefix in PARTS if prefix != "l_"},
+        "l_ids": ids,
         "channel": "test",
         "payloads": [],
         "g_new": ids,
@@ -32,6 +33,7 @@ def _params() -> dict[str, object]:
         "g_updated": ids,
         "g_messages": json.dumps([{"session_id": "s-1", "idx": 0}]),
         "g_streams": json.dumps([{"stream_id": "s-1", "last": 0}]),
+        "g_owners": json.dumps([{"session_id": "s-1", "owner_id": "me"}]),
     }
 
 

@@ -135,12 +135,54 @@ def test_registry_collects_sub_agents_and_rejects_name_clashes() -> None:
         registry.register(define_agent("child"))
 
 
-def test_persistent_agents_are_refused_until_supported() -> None:
+def test_persistent_agents_get_the_companion_tools() -> None:
+    blocking = define_agent("researcher", description="Researches.", output_schema=Out)
+    background = define_agent("worker", output_schema=Out)
+    parent = define_agent(
+        "parent",
+        persistent_agents=[
+            app.PersistentAgent(blocking, description="Deep dives"),
+            app.PersistentAgent(background, mode="non-blocking"),
+        ],
+    )
+    assert [spec.name for spec in parent.tool_specs] == [
+        "companion__spawnAgent",
+        "companion__sendMessage",
+        "companion__listChildren",
+        "companion__getChildStatus",
+        "companion__waitForResult",
+        "companion__terminateChild",
+    ]
+    spawn = parent.tool_specs[0].parameters
+    assert spawn["required"] == ["agent", "initialMessage"]
+    assert spawn["properties"]["agent"]["enum"] == ["researcher", "worker"]
+    assert "researcher (blocking): Deep dives" in spawn["properties"]["agent"]["description"]
+    assert set(spawn["properties"]) == {"agent", "initialMessage", "name"}
+    send = parent.tool_specs[1].parameters
+    assert set(send["properties"]) == {"name", "message"}
+    assert app.AgentRegistry([parent]).get("worker") is background
+    # Only non-blocking children: nothing to wait for, so no waitForResult.
+    only_background = define_agent(
+        "p2", persistent_agents=[app.PersistentAgent(background, mode="non-blocking")]
+    )
+    assert "companion__waitForResult" not in only_background.tool_map
+
+
+def test_persistent_agents_are_checked() -> None:
     child = define_agent("child", output_schema=Out)
-    with pytest.raises(DefinitionError, match="persistent_agents are not supported yet"):
-        define_agent("parent", persistent_agents=[app.PersistentAgent(child)])
+    with pytest.raises(DefinitionError, match="'child' appears more than once"):
+        define_agent(
+            "parent",
+            persistent_agents=[app.PersistentAgent(child), app.PersistentAgent(child)],
+        )
+    with pytest.raises(DefinitionError, match="needs an output_schema"):
+        define_agent("parent", persistent_agents=[app.PersistentAgent(define_agent("bare"))])
+    with pytest.raises(DefinitionError, match="takes PersistentAgent entries"):
+        define_agent("parent", persistent_agents=[child])  # type: ignore[list-item]
     with pytest.raises(DefinitionError, match="mode must be 'blocking' or 'non-blocking'"):
         app.PersistentAgent(child, mode="sometimes")  # type: ignore[arg-type]
+    with pytest.raises(DefinitionError, match="reserved prefix"):
+        app.define_tool("companion__mine", description="x", input_schema=Out)
 
 
 def test_child_ids_are_deterministic_and_valid() -> None:

@@ -7,22 +7,23 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from app.agents import AgentConfig, AgentRegistry, SubAgentTool
+from app.agents import AgentConfig, AgentRegistry
 from app.api.deps import runtime_of
+from app.api.documented import errors
+from app.api.routing import ApiRoute
 from app.protocol.api import AgentInfo
 
-router = APIRouter(tags=["agents"])
+router = APIRouter(tags=["agents"], route_class=ApiRoute)
 
 
 def describe_agents(registry: AgentRegistry) -> list[AgentInfo]:
     """Every registered agent with its input schema (from a sub-agent tool that wraps it, if
     any) and its output schema."""
-    inputs: dict[str, dict[str, Any]] = {}
+    described = []
     for agent in registry:
-        for tool in agent.tools:
-            if isinstance(tool, SubAgentTool):
-                inputs.setdefault(tool.agent.name, tool.spec.parameters)
-    return [_describe(agent, inputs.get(agent.name)) for agent in registry]
+        schema = registry.input_schema(agent.name)
+        described.append(_describe(agent, None if schema is None else schema.model_json_schema()))
+    return described
 
 
 def _describe(agent: AgentConfig, input_schema: dict[str, Any] | None) -> AgentInfo:
@@ -38,7 +39,12 @@ def _describe(agent: AgentConfig, input_schema: dict[str, Any] | None) -> AgentI
     )
 
 
-@router.get("/agents", response_model=list[AgentInfo], summary="The registered agents")
+@router.get(
+    "/agents",
+    response_model=list[AgentInfo],
+    responses=errors(503),
+    summary="The registered agents",
+)
 async def agents(request: Request) -> JSONResponse:
     """The agents this server runs, with their input and output JSON schemas and tools."""
     return JSONResponse(

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
-from fastapi import APIRouter, Body, Header, Path, Request
+from fastapi import APIRouter, Body, Header, Path, Query, Request
 from fastapi.responses import JSONResponse
 
 from app.api.deps import runtime_of
-from app.errors import SessionExistsError, SessionNotFoundError, SessionNotResumableError
-from app.ids import SESSION_ID_PATTERN, validate_session_id
+from app.api.documented import errors
+from app.api.routing import ApiRoute
 from app.protocol.api import (
-    ErrorBody,
     InterruptRequest,
     InterruptResponse,
     ResumeRequest,
@@ -19,17 +18,13 @@ from app.protocol.api import (
     StartRequest,
     StartResponse,
 )
-from app.runtime import AgentRuntime
+from app.protocol.browser import SessionTreeView
+from app.protocol.values import IDEMPOTENCY_KEY_PATTERN, SessionId
 from app.store import SessionRecord
 
-router = APIRouter(tags=["sessions"])
+router = APIRouter(tags=["sessions"], route_class=ApiRoute)
 
-SessionId = Annotated[str, Path(pattern=SESSION_ID_PATTERN, description="A session id.")]
-ERRORS: dict[int | str, dict[str, Any]] = {
-    404: {"model": ErrorBody, "description": "Unknown session or agent type."},
-    409: {"model": ErrorBody, "description": "The session's state does not allow this."},
-    422: {"model": ErrorBody, "description": "Invalid body or id."},
-}
+SessionIdPath = Annotated[SessionId, Path(description="A session id (`^[A-Za-z0-9._:-]{1,200}$`).")]
 
 
 def _answer(record: SessionRecord, status_code: int) -> JSONResponse:
@@ -46,93 +41,63 @@ def _answer(record: SessionRecord, status_code: int) -> JSONResponse:
     "/start",
     status_code=201,
     response_model=StartResponse,
-    responses={**ERRORS, 200: {"model": StartResponse, "description": "It existed already."}},
+    responses={
+        200: {"model": StartResponse, "description": "It existed already: nothing started."},
+        **errors(404, 409, 413, 415, 422, 503),
+    },
     summary="Start a session",
 )
 async def start(
     request: Request,
-    body: Annotated[
-        StartRequest,
-        Body(
-            openapi_examples={
-                "message": {
-                    "summary": "Start with a message",
-                    "value": {"agentType": "coordinator", "message": "Analyse: I love it."},
-                },
-                "input": {
-                    "summary": "Start with structured input and a chosen id",
-                    "value": {
-                        "agentType": "coordinator",
-                        "input": {"text": "Great product."},
-                        "sessionId": "demo-1",
-                    },
-                },
-            }
+    body: Annotated[StartRequest, Body()],
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            alias="Idempotency-Key",
+            pattern=IDEMPOTENCY_KEY_PATTERN,
+            description="Makes the start safe to retry: a request repeated with the same key "
+            "answers 200 with the session the first one created; the key with another body "
+            "is a 422 (`idempotency_key_reused`).",
         ),
-    ],
-    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)] = None,
+    ] = None,
 ) -> JSONResponse:
     """Start a root session of `agentType` and answer as soon as it is stored; the run goes on
     without the client. A repeated `Idempotency-Key`, or the id of a running session, answers
     200 with that session and starts nothing; the id of a stopped session is 409."""
-    runtime = runtime_of(request)
-    runtime.registry.get(body.agent_type)
-    existing = await _existing(runtime, body, idempotency_key)
-    if existing is not None:
-        return existing
-    try:
-        handle = await runtime.execute(
-            body.agent_type,
-            body.message,
-            input=body.input,
-            session_id=body.session_id,
-            parent_session_id=body.parent_session_id,
-            idempotency_key=idempotency_key,
-        )
-    except SessionExistsError:
-        # Lost a race with an identical request: answer with the session it created.
-        existing = await _existing(runtime, body, idempotency_key)
-        if existing is None:
-            raise
-        return existing
-    created = StartResponse(
-        session_id=handle.session_id,
-        stream_id=handle.stream_id,
-        status="running",
-        agent_type=body.agent_type,
+    request.state.session_id = body.session_id
+    started = await runtime_of(request).start(
+        body.agent_type,
+        body.message,
+        input=body.input,
+        session_id=body.session_id,
+        parent_session_id=body.parent_session_id,
+        idempotency_key=idempotency_key,
     )
-    return JSONResponse(created.model_dump(by_alias=True), status_code=201)
-
-
-async def _existing(
-    runtime: AgentRuntime, body: StartRequest, idempotency_key: str | None
-) -> JSONResponse | None:
-    record = None
-    if idempotency_key is not None:
-        record = await runtime.store.find_session_by_idempotency_key(idempotency_key)
-    if record is None and body.session_id is not None:
-        validate_session_id(body.session_id)
-        try:
-            record = await runtime.store.get_session(body.session_id)
-        except SessionNotFoundError:
-            return None
-        if record.status != "running":
-            raise SessionNotResumableError(
-                f"Session {body.session_id!r} exists and is {record.status}: continue it with "
-                f"POST /resume/{body.session_id}"
-            )
-    return None if record is None else _answer(record, 200)
+    return _answer(started.record, 201 if started.created else 200)
 
 
 @router.get(
     "/status/{session_id}",
-    response_model=SessionStatusView,
-    responses=ERRORS,
+    response_model=SessionStatusView | SessionTreeView,
+    responses=errors(404, 422, 503),
     summary="A session's status",
 )
-async def status(request: Request, session_id: SessionId) -> JSONResponse:
-    """The session's status, output or error, stream position and sub-session references."""
-    view = await runtime_of(request).status(session_id)
+async def status(
+    request: Request,
+    session_id: SessionIdPath,
+    tree: Annotated[
+        bool, Query(description="Add the whole tree of sub-sessions and its summed usage.")
+    ] = False,
+    depth: Annotated[
+        int | None, Query(ge=0, le=64, description="With `tree`: levels of children to show.")
+    ] = None,
+) -> JSONResponse:
+    """The session's status, output or error, stream position and sub-session references; with
+    `tree=true`, also every descendant (`tree`) and the usage of them all (`treeUsage`)."""
+    runtime = runtime_of(request)
+    view = await (
+        runtime.status_tree(session_id, depth=depth) if tree else runtime.status(session_id)
+    )
     return JSONResponse(view.model_dump(by_alias=True))
 
 
@@ -141,14 +106,14 @@ async def status(request: Request, session_id: SessionId) -> JSONResponse:
     status_code=202,
     response_model=InterruptResponse,
     responses={
-        **ERRORS,
         200: {"model": InterruptResponse, "description": "Not running: no change."},
+        **errors(404, 413, 415, 422, 503),
     },
     summary="Interrupt a session and its running children",
 )
 async def interrupt(
     request: Request,
-    session_id: SessionId,
+    session_id: SessionIdPath,
     body: Annotated[InterruptRequest | None, Body()] = None,
 ) -> JSONResponse:
     """Stop the session and every running descendant, wherever they run (202). Idempotent; a
@@ -163,12 +128,12 @@ async def interrupt(
 @router.post(
     "/resume/{session_id}",
     response_model=StartResponse,
-    responses=ERRORS,
+    responses=errors(404, 409, 413, 415, 422, 503),
     summary="Resume or continue a session",
 )
 async def resume(
     request: Request,
-    session_id: SessionId,
+    session_id: SessionIdPath,
     body: Annotated[ResumeRequest | None, Body()] = None,
 ) -> JSONResponse:
     """Resume an interrupted session from its last committed step, or continue a finished one

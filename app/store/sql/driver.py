@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import operator
+import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
@@ -24,6 +25,16 @@ _BREAKING: tuple[type[BaseException], ...] = (*DRIVER_ERRORS, asyncio.CancelledE
 
 Row = Sequence[Any]
 """A result row, by position."""
+
+IDLE_CHECK = 10.0
+"""Seconds a connection may sit idle before it is checked before its next use: a network that
+dropped meanwhile leaves it half-open, and a statement on it would wait for its timeout."""
+
+ALIVE_TIMEOUT = 2.0
+"""Seconds that check waits for an answer."""
+
+CLOSE_TIMEOUT = 2.0
+"""Seconds a connection may take to close politely before it is terminated."""
 
 
 class DriverSql:
@@ -49,11 +60,30 @@ class RawConnection:
         self.holder = holder
         self._raw = raw
         self._pg = backend == "postgresql"
+        self.used_at = time.monotonic()
+        """When the connection was last given back to the pool."""
 
     @property
     def closed(self) -> bool:
         """Whether the server closed the connection (PostgreSQL; a SQLite file never does)."""
         return bool(self._pg and self._raw.is_closed())
+
+    async def alive(self, timeout: float) -> bool:
+        """Whether the server answers a trivial query within `timeout` seconds (a connection
+        can be half-open: dead, and silent about it, until something is sent)."""
+        if not self._pg:
+            return True  # a SQLite file does not go half-open
+        try:
+            async with asyncio.timeout(timeout):
+                await self._raw.execute("SELECT 1")
+        except DRIVER_ERRORS:
+            return False
+        return True
+
+    def terminate(self) -> None:
+        """Close the connection at once, without a goodbye the server may never answer."""
+        if self._pg:
+            self._raw.terminate()
 
     async def fetch(self, statement: DriverSql, params: Mapping[str, Any]) -> list[Row]:
         """The statement's rows."""
@@ -130,7 +160,11 @@ class ConnectionPool:
         self._closed = True
         idle, self._idle = self._idle, []
         for connection in idle:
-            await self._close(connection)
+            try:
+                async with asyncio.timeout(CLOSE_TIMEOUT):
+                    await self._close(connection)
+            except TimeoutError:
+                connection.terminate()
         async with self._freed:
             self._freed.notify_all()
 
@@ -140,7 +174,10 @@ class ConnectionPool:
                 raise StoreClosedError("The store's connections are closed")
             if self._idle:
                 connection = self._idle.pop()
-                if not connection.closed:
+                if not connection.closed and (
+                    time.monotonic() - connection.used_at < IDLE_CHECK
+                    or await connection.alive(ALIVE_TIMEOUT)
+                ):
                     return connection
                 await self._discard(connection)
                 continue
@@ -167,6 +204,7 @@ class ConnectionPool:
         if self._closed:
             await self._close(connection)
             return
+        connection.used_at = time.monotonic()
         self._idle.append(connection)
         async with self._freed:
             self._freed.notify()

@@ -20,11 +20,18 @@ import asyncpg  # type: ignore[import-untyped]
 import pydantic_core
 from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection, make_url
-from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, DataError, IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
-from app.errors import AgentServerError, DefinitionError, SessionExistsError, StoreError
+from app.errors import (
+    AgentServerError,
+    DefinitionError,
+    StoreRefusedError,
+    StoreUnavailableError,
+    WriteConflictError,
+)
+from app.store.base import DatabaseTimeouts
 
 Backend = Literal["sqlite", "postgresql"]
 """Which database a URL names."""
@@ -49,6 +56,14 @@ INTEGRITY_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.IntegrityConstraintViolationError,
 )
 """A unique key or other constraint refused a write: what a concurrent writer's conflict raises."""
+
+REFUSALS: tuple[type[BaseException], ...] = (
+    DataError,
+    sqlite3.DataError,
+    asyncpg.DataError,
+    asyncpg.ProgramLimitExceededError,
+)
+"""The database refused the values themselves: trying again would be refused again."""
 
 
 def parse_url(database_url: str) -> tuple[URL, Backend]:
@@ -85,14 +100,27 @@ def _json_dumps(value: Any) -> str:
     return pydantic_core.to_json(value).decode()
 
 
+def client_timeout(statement: float) -> float:
+    """Seconds the client waits for a statement before it gives up on the server itself: the
+    server's own timeout and as much again, at most 5 s more."""
+    return statement + min(statement, 5.0)
+
+
 def create_engine(
-    url: URL, backend: Backend, *, pool_size: int = 5, pooled: bool = True
+    url: URL,
+    backend: Backend,
+    *,
+    pool_size: int = 5,
+    pooled: bool = True,
+    timeouts: DatabaseTimeouts | None = None,
 ) -> AsyncEngine:
     """An engine for `url`; an engine not `pooled` opens a connection per use (the LISTEN
-    connection, migrations).
+    connection, migrations). `timeouts` bound PostgreSQL's connects and statements (their
+    defaults, without).
 
     On SQLite, transactions SQLAlchemy begins (the migrations') start with `BEGIN IMMEDIATE`.
     """
+    timeouts = timeouts or DatabaseTimeouts()
     options: dict[str, Any] = {
         "json_serializer": _json_dumps,
         "json_deserializer": pydantic_core.from_json,
@@ -108,11 +136,27 @@ def create_engine(
         # a prepared statement. Until then it plans each run for its values, parsing the JSON
         # parameters of a group's write at plan time: milliseconds for a group of a few hundred
         # rows, and a busy server prepares each statement shape on every pooled connection.
-        options["connect_args"] = {"server_settings": {"plan_cache_mode": "force_generic_plan"}}
+        settings = {"plan_cache_mode": "force_generic_plan", **TCP_KEEPALIVES}
+        connect_args: dict[str, Any] = {"server_settings": settings, "timeout": timeouts.connect}
+        if timeouts.statement is not None:
+            milliseconds = str(int(timeouts.statement * 1000))
+            settings["statement_timeout"] = milliseconds
+            settings["idle_in_transaction_session_timeout"] = str(int(milliseconds) * 2)
+            connect_args["command_timeout"] = client_timeout(timeouts.statement)
+        options["connect_args"] = connect_args
     engine = create_async_engine(url, **options)
     if backend == "sqlite":
         _configure_sqlite(engine)
     return engine
+
+
+TCP_KEEPALIVES = {
+    "tcp_keepalives_idle": "10",
+    "tcp_keepalives_interval": "5",
+    "tcp_keepalives_count": "3",
+}
+"""The server probes a connection idle for 10 s and drops it after 3 unanswered probes: a client
+that vanished (a crash, a partition) stops holding its locks within about 25 s."""
 
 
 def _configure_sqlite(engine: AsyncEngine) -> None:
@@ -156,18 +200,21 @@ async def use_wal(engine: AsyncEngine) -> None:
 
 @contextlib.contextmanager
 def translate_errors(action: str, *, conflict: str | None = None) -> Iterator[None]:
-    """Turn a driver error into `StoreError` (or, given `conflict`, an integrity error into
-    `SessionExistsError` with that message); the project's own errors pass through."""
+    """Turn a driver error into a `StoreError`: `StoreRefusedError` when the database refused
+    the values, else `StoreUnavailableError` (given `conflict`, an integrity error is a
+    `WriteConflictError` with that message); the project's own errors pass through."""
     try:
         yield
     except AgentServerError:
         raise
     except INTEGRITY_ERRORS as exc:
         if conflict is not None:
-            raise SessionExistsError(conflict) from exc
-        raise StoreError(f"Could not {action}: {_describe(exc)}") from exc
+            raise WriteConflictError(conflict) from exc
+        raise StoreRefusedError(f"Could not {action}: {_describe(exc)}") from exc
+    except REFUSALS as exc:
+        raise StoreRefusedError(f"Could not {action}: {_describe(exc)}") from exc
     except DRIVER_ERRORS as exc:
-        raise StoreError(f"Could not {action}: {_describe(exc)}") from exc
+        raise StoreUnavailableError(f"Could not {action}: {_describe(exc)}") from exc
 
 
 def _describe(exc: BaseException) -> str:

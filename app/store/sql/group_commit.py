@@ -17,6 +17,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
@@ -26,11 +27,17 @@ from app.errors import (
     NotFoundError,
     StoreClosedError,
     StoreError,
+    StoreRefusedError,
+    StoreUnavailableError,
 )
 from app.store.base import WriteBatch
 from app.store.sql.writes import batch_size
 
 logger = logging.getLogger(__name__)
+
+UNWRITABLE = (ValueError, TypeError, OverflowError)
+"""What making a batch's rows raises for a value no store can write (serialisation errors are
+`ValueError`s, a too large integer an `OverflowError` or a `TypeError`)."""
 
 Apply = Callable[[Sequence[WriteBatch]], Awaitable[None]]
 """Applies batches in one transaction, committing it; raises (having rolled back) on failure."""
@@ -67,6 +74,7 @@ class GroupCommitter:
         """Set when a batch that is not held is queued (or the writer closes)."""
         self._task: asyncio.Task[None] | None = None
         self._closing = False
+        self._applying_since: float | None = None
         self.groups = 0
         """Transactions committed so far (for benchmarks and tests)."""
 
@@ -126,7 +134,7 @@ class GroupCommitter:
             async with asyncio.timeout(self._hold):
                 await self._awaited.wait()
 
-    def _fail_followers(self, streams: set[str] | frozenset[str]) -> None:
+    def _fail_followers(self, streams: set[str] | frozenset[str], cause: Exception) -> None:
         """Fail the queued batches of streams whose earlier batch just failed: they were
         submitted before anyone could know, and may build on it (a chunk sequence, a message
         index, a child's record). Called as the failure is settled, so a batch submitted in
@@ -136,7 +144,7 @@ class GroupCommitter:
         for pending in list(self._queue):
             if pending.batch.stream_ids() & streams:
                 self._queue.remove(pending)
-                _settle(pending, _after_failure(pending.batch.stream_ids() & streams))
+                _settle(pending, _after_failure(pending.batch.stream_ids() & streams, cause))
 
     def _take(self) -> list[_Pending]:
         group: list[_Pending] = []
@@ -154,29 +162,42 @@ class GroupCommitter:
             rows += pending.size
         return group
 
+    def busy_for(self) -> float:
+        """Seconds the writer has been applying its current group (0 when idle)."""
+        since = self._applying_since
+        return 0.0 if since is None else time.monotonic() - since
+
     async def _commit(self, group: list[_Pending]) -> None:
+        self._applying_since = time.monotonic()
+        try:
+            await self._commit_group(group)
+        finally:
+            self._applying_since = None
+
+    async def _commit_group(self, group: list[_Pending]) -> None:
         try:
             await self._apply([pending.batch for pending in group])
         except Exception as exc:
             if len(group) == 1:
                 _settle(group[0], exc)
                 if _may_leave_followers_stranded(exc):
-                    self._fail_followers(group[0].batch.stream_ids())
+                    self._fail_followers(group[0].batch.stream_ids(), exc)
                 return
             logger.debug("A group of %d batches failed; applying them one by one", len(group))
-            failed: set[str] = set()
+            failed: dict[str, Exception] = {}
             for pending in group:
                 streams = pending.batch.stream_ids()
-                if streams & failed:
-                    _settle(pending, _after_failure(streams & failed))
+                if not streams.isdisjoint(failed):
+                    cause = next(failed[stream] for stream in streams if stream in failed)
+                    _settle(pending, _after_failure(streams & failed.keys(), cause))
                     continue
                 try:
                     await self._apply([pending.batch])
                 except Exception as single:
                     _settle(pending, single)
                     if _may_leave_followers_stranded(single):
-                        failed |= streams
-                        self._fail_followers(streams)
+                        failed.update(dict.fromkeys(streams, single))
+                        self._fail_followers(streams, single)
                 else:
                     self.groups += 1
                     _settle(pending, None)
@@ -198,8 +219,13 @@ def _may_leave_followers_stranded(error: Exception) -> bool:
     return not isinstance(error, ConflictError | NotFoundError)
 
 
-def _after_failure(streams: set[str] | frozenset[str]) -> StoreError:
-    return StoreError(
+def _after_failure(streams: set[str] | frozenset[str], cause: Exception) -> StoreError:
+    """The error of a batch not applied because an earlier one of its streams failed with
+    `cause`: refused as it was refused (the stream cannot go on as it was written), else
+    unavailable (it may once the store is back)."""
+    refused = isinstance(cause, StoreRefusedError) or not isinstance(cause, AgentServerError)
+    kind = StoreRefusedError if refused else StoreUnavailableError
+    return kind(
         f"An earlier write of stream {min(streams)!r} failed, so this one, which follows it, "
         "was not applied"
     )
@@ -215,8 +241,11 @@ def _settle(pending: _Pending, error: Exception | None) -> None:
     elif isinstance(error, AgentServerError):
         pending.outcome.set_exception(error)
     else:
-        logger.exception("Unexpected error in the store's writer", exc_info=error)
-        failure = StoreError(f"The store's writer failed: {type(error).__name__}: {error}")
+        logger.exception("The store's writer could not write a batch", exc_info=error)
+        # A value the batch's rows could not be made of (one that does not serialise, a number
+        # no column holds) would fail the same way again; anything else may not.
+        kind = StoreRefusedError if isinstance(error, UNWRITABLE) else StoreUnavailableError
+        failure = kind(f"The store's writer failed: {type(error).__name__}: {error}")
         failure.__cause__ = error
         pending.outcome.set_exception(failure)
 

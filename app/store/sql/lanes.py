@@ -55,6 +55,10 @@ class WriteLanes:
         """Transactions committed so far, every lane together."""
         return sum(lane.groups for lane in self._lanes)
 
+    def busy_for(self) -> float:
+        """Seconds the longest-busy lane has been applying its current group."""
+        return max(lane.busy_for() for lane in self._lanes)
+
     def start(self) -> None:
         """Start every lane's writer task."""
         for lane in self._lanes:

@@ -19,6 +19,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.errors import StoreError
+from app.store.base import DatabaseTimeouts
 from app.store.sql.engines import Backend, create_engine, use_wal
 
 MIGRATIONS_CANDIDATES = (
@@ -69,7 +70,10 @@ def run_off_loop(url: URL, backend: Backend, work: Callable[[Connection], None])
     event loop (call it in a worker thread: see `upgrade`)."""
 
     async def locked() -> None:
-        engine = create_engine(url, backend, pooled=False)
+        # No statement timeout: a migration may rewrite a large table.
+        engine = create_engine(
+            url, backend, pooled=False, timeouts=DatabaseTimeouts(statement=None)
+        )
         try:
             if backend == "sqlite":
                 await use_wal(engine)

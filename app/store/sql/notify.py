@@ -18,13 +18,16 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.errors import StoreClosedError
-from app.store.sql.driver import ConnectionPool, DriverSql, RawConnection
+from app.store.sql.driver import ALIVE_TIMEOUT, ConnectionPool, DriverSql, RawConnection
 from app.store.sql.engines import DRIVER_ERRORS
 from app.store.sql.group_commit import cancel_quietly
 from app.store.sql.queries import INTERRUPT_CHANNEL, STREAM_CHANNEL, Queries
 from app.store.sql.watch import StreamWaiters
 
 logger = logging.getLogger(__name__)
+
+LISTEN_CHECK = 5.0
+"""Seconds between checks that the LISTEN connection still answers."""
 
 DATA_VERSION = DriverSql("PRAGMA data_version", ())
 """SQLite's count of commits by other connections, as seen by this one."""
@@ -128,6 +131,8 @@ class PgListener:
         self._on_reconnect = on_reconnect
         self._on_lost = on_lost
         self._connection: AsyncConnection | None = None
+        self._raw: Any = None
+        """The driver's own connection under `_connection`."""
         self._lost = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.connected = False
@@ -158,11 +163,25 @@ class PgListener:
                 await connection.invalidate()
             raise
         self._connection = connection
+        self._raw = raw
         self.connected = True
+
+    async def _alive(self) -> bool:
+        raw = self._raw
+        if raw is None:
+            return False
+        try:
+            async with asyncio.timeout(ALIVE_TIMEOUT):
+                # On the driver's connection: SQLAlchemy's would begin a transaction and leave
+                # it open, which the server ends after its idle-in-transaction timeout.
+                await raw.execute("SELECT 1")
+        except DRIVER_ERRORS:
+            return False
+        return True
 
     async def _disconnect(self) -> None:
         self.connected = False
-        connection, self._connection = self._connection, None
+        connection, self._connection, self._raw = self._connection, None, None
         if connection is not None:
             with contextlib.suppress(*DRIVER_ERRORS):
                 await connection.invalidate()
@@ -170,7 +189,15 @@ class PgListener:
     async def _supervise(self) -> None:
         delay = 0.05
         while True:
-            await self._lost.wait()
+            try:
+                async with asyncio.timeout(LISTEN_CHECK):
+                    await self._lost.wait()
+            except TimeoutError:
+                # An idle connection whose network went away stays open, hearing nothing:
+                # only a query that gets no answer tells.
+                if await self._alive():
+                    continue
+                logger.warning("The LISTEN connection stopped answering; reconnecting")
             await self._disconnect()
             self._on_lost()
             try:

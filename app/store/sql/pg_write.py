@@ -60,9 +60,10 @@ def _value(table: Table, name: str) -> str:
     return f"v.{_q(name)}{cast}"
 
 
-PARTS = ("n_", "u_", "m_", "r_", "c_", "a_", "s_")
-"""The statement's parts, by parameter prefix: new and updated sessions, messages, refs, chunks,
-streams that only advanced, streams whose status changed (and maybe advanced)."""
+PARTS = ("n_", "u_", "l_", "m_", "r_", "c_", "a_", "s_")
+"""The statement's parts, by parameter prefix: new and updated sessions, leases given up,
+messages, refs, chunks, streams that only advanced, streams whose status changed (and maybe
+advanced)."""
 
 GUARD_CHECKS = {
     "g_new": """NOT EXISTS (SELECT 1 FROM unnest(:g_new) AS id
@@ -79,11 +80,17 @@ GUARD_CHECKS = {
         SELECT 1 FROM json_to_recordset(CAST(:g_streams AS json)) AS e(stream_id text, last bigint)
         WHERE e.last <> COALESCE(
             (SELECT s.last_sequence FROM streams AS s WHERE s.stream_id = e.stream_id), 0))""",
+    "g_owners": """NOT EXISTS (
+        SELECT 1 FROM json_to_recordset(CAST(:g_owners AS json))
+            AS e(session_id text, owner_id text)
+        WHERE (SELECT s.owner_id FROM sessions AS s WHERE s.session_id = e.session_id)
+            IS DISTINCT FROM e.owner_id)""",
 }
 """What a group may expect of the database, by parameter: its new sessions and keys absent, the
 sessions it updates present, each conversation and stream continuing where the group's first
-message and chunk say. A group's guard checks those it has (a check of nothing still costs the
-database a plan node), and every write below happens only if they hold.
+message and chunk say, and the leases it is fenced by held by their owners. A group's guard
+checks those it has (a check of nothing still costs the database a plan node), and every write
+below happens only if they hold.
 
 Each check probes the tables once per id, through a scalar subquery the planner cannot turn
 into a join: a join against a JSON record set or an array parameter is planned for 100 rows, so
@@ -117,16 +124,33 @@ def build_write_all(parts: frozenset[str], guard: frozenset[str] = frozenset()) 
     if "u_" in parts:
         names = WRITE_COLUMNS["u_"]
         assigned = ", ".join(f"{_q(n)} = {_value(sessions, n)}" for n in UPDATED_COLUMNS)
+        # A lease given up by the write is cleared here for a session it updates (a statement's
+        # writes must not touch a row twice), below for the others.
+        released = (
+            ""
+            if "l_" not in parts
+            else """,
+        "owner_id" = CASE WHEN v.session_id = ANY(:l_ids) THEN NULL ELSE sessions.owner_id END,
+        "lease_expires_at" = CASE WHEN v.session_id = ANY(:l_ids) THEN NULL
+            ELSE sessions.lease_expires_at END"""
+        )
         # The ids as an array make the sessions an index scan: joined to the record set
         # alone, they would be a scan of the whole table (see GUARD_CHECKS).
         ctes.append(f"""updated_rows AS MATERIALIZED (SELECT * FROM {_rows("u_", sessions, names)}),
     updated_sessions AS (
-    UPDATE sessions SET {assigned},
-        "owner_id" = CASE WHEN v.status = 'running' THEN sessions.owner_id END,
-        "lease_expires_at" = CASE WHEN v.status = 'running' THEN sessions.lease_expires_at END
+    UPDATE sessions SET {assigned}{released}
     FROM updated_rows AS v
     WHERE sessions.session_id = v.session_id AND {when}
         AND sessions.session_id = ANY(ARRAY(SELECT session_id FROM updated_rows)))""")
+    if "l_" in parts:
+        others = (
+            "AND NOT sessions.session_id = ANY(ARRAY(SELECT session_id FROM updated_rows))"
+            if "u_" in parts
+            else ""
+        )
+        ctes.append(f"""released_leases AS (
+    UPDATE sessions SET "owner_id" = NULL, "lease_expires_at" = NULL
+    WHERE sessions.session_id = ANY(:l_ids) {others} AND {when})""")
     if "m_" in parts:
         names = WRITE_COLUMNS["m_"]
         ctes.append(f"""new_messages AS (
@@ -171,7 +195,11 @@ def build_write_all(parts: frozenset[str], guard: frozenset[str] = frozenset()) 
         f"FROM unnest(:payloads) AS payload WHERE {when}) AS notified"
     )
     text_type = streams.c.stream_id.type
-    binds = [bindparam(prefix + "rows", type_=text_type) for prefix in sorted(parts)]
+    binds = [
+        bindparam(prefix + "rows", type_=text_type) for prefix in sorted(parts) if prefix != "l_"
+    ]
+    if "l_" in parts:
+        binds.append(bindparam("l_ids", type_=postgresql.ARRAY(text_type)))
     binds.append(bindparam("channel", type_=text_type))
     binds.append(bindparam("payloads", type_=postgresql.ARRAY(text_type)))
     for name in sorted(guard):

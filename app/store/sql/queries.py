@@ -27,7 +27,6 @@ from sqlalchemy import (
     TextClause,
     any_,
     bindparam,
-    case,
     delete,
     func,
     insert,
@@ -93,11 +92,6 @@ def upsert(table: Table, key: tuple[str, ...], **values: str) -> TextClause:
     )
 
 
-def _while_running(lease_column: Any) -> ColumnElement[Any]:
-    """A lease column an update keeps while the session runs and clears once it stops."""
-    return case((bindparam("status") == literal_column("'running'"), lease_column))
-
-
 def _insert(table: Table) -> ClauseElement:
     return insert(table).values({column.name: bindparam(column.name) for column in table.columns})
 
@@ -153,15 +147,22 @@ class Queries:
         self.update_sessions = driver(
             update(sessions)
             .where(sessions.c.session_id == bindparam("b_session_id"))
-            .values(
-                {
-                    **{name: bindparam(name) for name in UPDATED_COLUMNS},
-                    "owner_id": _while_running(sessions.c.owner_id),
-                    "lease_expires_at": _while_running(sessions.c.lease_expires_at),
-                }
-            )
+            .values({name: bindparam(name) for name in UPDATED_COLUMNS})
         )
         self.clear_messages = driver(delete(messages).where(among(messages.c.session_id, "ids")))
+        refs_c = sub_session_refs.c
+        self.delete_sessions = tuple(
+            driver(statement)
+            for statement in (
+                delete(sessions).where(among(sessions.c.session_id, "ids")),
+                delete(messages).where(among(messages.c.session_id, "ids")),
+                delete(sub_session_refs).where(
+                    among(refs_c.parent_session_id, "ids") | among(refs_c.sub_session_id, "ids")
+                ),
+                delete(interrupt_flags).where(among(interrupt_flags.c.session_id, "ids")),
+            )
+        )
+        """What deleting sessions takes (see `WriteBatch.deleted_sessions`), one table each."""
         self.insert_messages = driver(_insert(messages))
         self.upsert_refs = driver(
             upsert(
@@ -194,6 +195,12 @@ class Queries:
         self.get_session = driver(
             select(sessions).where(sessions.c.session_id == bindparam("session_id"))
         )
+        self.owners = driver(
+            select(sessions.c.session_id, sessions.c.owner_id).where(
+                among(sessions.c.session_id, "ids")
+            )
+        )
+        """Who holds the lease of each session (for `WriteBatch.fence`)."""
         self.session_by_key = driver(
             select(sessions).where(sessions.c.idempotency_key == bindparam("key"))
         )
@@ -288,10 +295,13 @@ class Queries:
             .where(sessions.c.owner_id == bindparam("b_owner_id"))
             .values(owner_id=literal_column("NULL"), lease_expires_at=literal_column("NULL"))
         )
+        # From the running sessions (few, by the status index) to their roots, by key.
+        running_trees = select(sessions.c.stream_id).where(
+            sessions.c.status == literal_column("'running'")
+        )
         self.orphaned = driver(
             select(sessions)
-            .where(sessions.c.status == literal_column("'running'"))
-            .where(sessions.c.stream_id == sessions.c.session_id)
+            .where(sessions.c.session_id.in_(running_trees))
             .where(
                 (sessions.c.owner_id.is_(None))
                 | (func.coalesce(sessions.c.lease_expires_at, literal_column("0")) < now)

@@ -15,11 +15,15 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.errors import SessionNotFoundError, StreamNotFoundError
-from app.protocol import Chunk, Message, SubSessionRef
+from app import observability
+from app.errors import SessionNotFoundError, StoreUnavailableError, StreamNotFoundError
+from app.protocol import Chunk, Message, SessionStatus, SubSessionRef
 from app.store.base import (
+    DatabaseTimeouts,
+    InboxMessage,
     InterruptFlag,
     Listener,
+    SessionCursor,
     SessionRecord,
     StateStore,
     StoredChunk,
@@ -29,10 +33,12 @@ from app.store.base import (
     WriteBatch,
     now_ms,
 )
+from app.store.sql import history
 from app.store.sql.driver import ConnectionPool, DriverSql
 from app.store.sql.engines import (
     DRIVER_ERRORS,
     Backend,
+    client_timeout,
     create_engine,
     ensure_sqlite_folder,
     parse_url,
@@ -66,6 +72,9 @@ WRITE_HOLD = 0.002
 """Seconds an idle writer keeps batches no one waits for, for one that someone waits for to
 join them (a child's end and its parent's step: one transaction, not two in a row)."""
 
+DRAIN_TIMEOUT = 5.0
+"""Seconds closing waits for queued writes to land, and for connections to close."""
+
 CONFLICT = "The batch conflicts with a concurrent write (a session, message or chunk exists)"
 
 
@@ -74,14 +83,21 @@ class SqlStore(StateStore):
 
     Opening it (`async with`) creates the SQLite file's folder if needed and migrates the
     database to the current schema. `pool_size` bounds its open connections (one more listens
-    on PostgreSQL); `write_lanes` is how many write transactions may be in flight at once.
+    on PostgreSQL); `write_lanes` is how many write transactions may be in flight at once;
+    `timeouts` bound how long PostgreSQL may take to connect and to run a statement.
     """
 
     def __init__(
-        self, database_url: str, *, pool_size: int = 8, write_lanes: int | None = None
+        self,
+        database_url: str,
+        *,
+        pool_size: int = 8,
+        write_lanes: int | None = None,
+        timeouts: DatabaseTimeouts | None = None,
     ) -> None:
         super().__init__()
         self._url, backend = parse_url(database_url)
+        self._timeouts = timeouts or DatabaseTimeouts()
         self.backend: Backend = backend
         """Which database the URL names: "sqlite" or "postgresql"."""
         self._pool_size = pool_size
@@ -90,10 +106,15 @@ class SqlStore(StateStore):
         self._writer = BatchWriter(self._queries, origin=self._origin)
         # SQLite has one writer at a time whatever we do; PostgreSQL runs a transaction per lane.
         lanes = write_lanes or (POSTGRES_WRITE_LANES if backend == "postgresql" else 1)
-        self._committer = WriteLanes(self._apply, count=lanes, hold=WRITE_HOLD)
+        self._committer = WriteLanes(
+            observability.timed_commit(self._apply), count=lanes, hold=WRITE_HOLD
+        )
         self._waiters = StreamWaiters()
         self._reads = SharedReads(self._read_page)
         self._json_as_text = self.backend == "sqlite"
+        self._history = history.HistoryReads(
+            lambda: self._connections, self.backend, self._queries.ids
+        )
         self._engine: AsyncEngine | None = None
         self._pool: ConnectionPool | None = None
         self._listener: PgListener | None = None
@@ -114,7 +135,9 @@ class SqlStore(StateStore):
                 ensure_sqlite_folder(self._url)
         with translate_errors("migrate the database"):
             await upgrade(self._url, self.backend)
-        self._engine = create_engine(self._url, self.backend, pool_size=self._pool_size)
+        self._engine = create_engine(
+            self._url, self.backend, pool_size=self._pool_size, timeouts=self._timeouts
+        )
         try:
             self._pool = ConnectionPool(self._engine, self.backend, size=self._pool_size)
             self._poller = Poller(
@@ -127,7 +150,7 @@ class SqlStore(StateStore):
             )
             if pg:
                 self._listener = PgListener(
-                    create_engine(self._url, self.backend, pooled=False),
+                    create_engine(self._url, self.backend, pooled=False, timeouts=self._timeouts),
                     origin=self._origin,
                     on_stream=self._waiters.notified,
                     on_interrupt=self._notify_interrupt,
@@ -142,7 +165,12 @@ class SqlStore(StateStore):
             raise
 
     async def _close(self) -> None:
-        await self._committer.close()
+        try:
+            async with asyncio.timeout(DRAIN_TIMEOUT):
+                await self._committer.close()
+        except TimeoutError:
+            # The database does not take them (it is gone): closing must not wait for it.
+            logger.warning("Queued writes did not land within %ss of closing", DRAIN_TIMEOUT)
         self._waiters.wake_all()
         await self._dispose()
 
@@ -156,12 +184,30 @@ class SqlStore(StateStore):
         if self._pool is not None:
             await self._pool.close()
         if self._engine is not None:
-            await self._engine.dispose()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(DRAIN_TIMEOUT):
+                    await self._engine.dispose()
 
     @property
     def _connections(self) -> ConnectionPool:
         assert self._pool is not None
         return self._pool
+
+    async def ping(self, timeout: float = 2.0) -> None:
+        """Return once a pooled connection answers and no write has been stuck in the database
+        for longer than a statement may take; `StoreUnavailableError` otherwise."""
+        self._check_open()
+        stuck = self._committer.busy_for()
+        statement = self._timeouts.statement
+        if statement is not None and stuck > client_timeout(statement):
+            raise StoreUnavailableError(f"A write has waited {stuck:.0f}s for the database")
+        try:
+            async with asyncio.timeout(timeout), self._connections.acquire() as conn:
+                alive = await conn.alive(timeout)
+        except DRIVER_ERRORS as exc:  # a timeout among them
+            raise StoreUnavailableError(f"The database does not answer: {exc!r}") from exc
+        if not alive:
+            raise StoreUnavailableError("The database does not answer")
 
     # -- writes --------------------------------------------------------------------------------
 
@@ -220,6 +266,9 @@ class SqlStore(StateStore):
                 rows = await conn.fetch(self._queries.load_messages, {"session_id": session_id})
         return [message_from_body(body) for (body,) in rows]
 
+    async def read_inbox(self, session_id: str) -> list[InboxMessage]:
+        raise NotImplementedError("the SQL inbox is being written")  # replaced by the inbox work
+
     async def get_sub_session_refs(self, parent_session_id: str) -> list[SubSessionRef]:
         """The parent's refs, in the order they were first added."""
         self._check_open()
@@ -228,6 +277,32 @@ class SqlStore(StateStore):
             async with self._connections.acquire() as conn:
                 rows = await conn.fetch(self._queries.get_refs, params)
         return [ref_from_row(row) for row in rows]
+
+    # -- history (see `history`) -------------------------------------------------------------
+
+    async def list_sessions(
+        self,
+        *,
+        statuses: Sequence[SessionStatus] = (),
+        agent_type: str | None = None,
+        before: SessionCursor | None = None,
+        limit: int = 50,
+    ) -> list[SessionRecord]:
+        """Root sessions newest first, filtered, after the cursor (one indexed statement)."""
+        self._check_open()
+        return await self._history.list_sessions(statuses, agent_type, before, limit)
+
+    async def read_messages(
+        self, session_id: str, *, offset: int = 0, limit: int = 100
+    ) -> list[Message]:
+        """A page of the session's conversation, by position."""
+        self._check_open()
+        return await self._history.read_messages(session_id, offset, limit)
+
+    async def list_stream_sessions(self, stream_id: str) -> list[SessionRecord]:
+        """The sessions writing to the stream, oldest first."""
+        self._check_open()
+        return await self._history.stream_sessions(stream_id)
 
     # -- leases --------------------------------------------------------------------------------
 
@@ -281,11 +356,11 @@ class SqlStore(StateStore):
             async with self._connections.acquire() as conn:
                 await conn.execute(self._queries.release, params)
 
-    async def list_orphaned_sessions(self, *, owner_id: str | None = None) -> list[SessionRecord]:
-        """Running roots with no live owner (or owned by `owner_id`)."""
+    async def orphaned_trees(self, *, owner_id: str | None = None) -> list[SessionRecord]:
+        """Roots of trees with a running session and no live owner (or held by `owner_id`)."""
         self._check_open()
         params = {"now": now_ms(), "b_owner_id": owner_id}
-        with translate_errors("list orphaned sessions"):
+        with translate_errors("list orphaned trees"):
             async with self._connections.acquire() as conn:
                 rows = await conn.fetch(self._queries.orphaned, params)
         return [session_from_row(row, json_as_text=self._json_as_text) for row in rows]

@@ -59,8 +59,11 @@ sessions = Table(
     Column("output_tokens", BigInteger, nullable=False),
     Column("owner_id", String, nullable=True),
     Column("lease_expires_at", BigInteger, nullable=True),
+    Column("request_fingerprint", String, nullable=True),
     UniqueConstraint("idempotency_key"),
     Index(None, "status", "lease_expires_at"),
+    Index(None, "created_at", "session_id"),
+    Index(None, "stream_id"),
 )
 """One row per session; columns are `SessionRecord`'s fields."""
 

@@ -26,7 +26,12 @@ from typing import Any
 
 import orjson
 
-from app.errors import SessionExistsError, SessionNotFoundError
+from app.errors import (
+    LeaseLostError,
+    SessionExistsError,
+    SessionNotFoundError,
+    WriteConflictError,
+)
 from app.protocol import STOPPED_STATUSES
 from app.store.base import StoredChunk, WriteBatch
 from app.store.sql.driver import RawConnection
@@ -113,6 +118,8 @@ class Plan:
     chunks: list[dict[str, Any]] = field(default_factory=list)
     advanced: dict[str, int] = field(default_factory=dict)
     statuses: dict[str, dict[str, Any]] = field(default_factory=dict)
+    releases: dict[str, str] = field(default_factory=dict)
+    """Leases given up (`WriteBatch.release`), by session, with the owner giving them up."""
 
     def touched(self) -> set[str]:
         """The streams the plan advances or changes the status of."""
@@ -183,7 +190,38 @@ def _expectations(batches: Sequence[WriteBatch]) -> tuple[_Known, dict[str, Any]
         guard["g_streams"] = orjson.dumps(
             [{"stream_id": s, "last": n} for s, n in expected.last_sequence.items()]
         ).decode()
+    owners = {r.session_id: r.owner_id for b in batches for r in b.new_sessions}
+    _check_fences([b for b in batches if b.fence and b.fence[0] in owners], {}, owners)
+    fences = _fences(batches, created)
+    if fences:
+        guard["g_owners"] = orjson.dumps(
+            [{"session_id": s, "owner_id": o} for s, o in fences.items()]
+        ).decode()
     return expected, guard
+
+
+def _fences(batches: Sequence[WriteBatch], created: Container[str]) -> dict[str, str]:
+    """The leases the batches require (`WriteBatch.fence`) of sessions they do not create:
+    the owner each must have. (A session a batch creates holds its record's lease.)"""
+    fences: dict[str, str] = {}
+    for batch in batches:
+        if batch.fence is not None and batch.fence[0] not in created:
+            fences[batch.fence[0]] = batch.fence[1]
+    return fences
+
+
+def _check_fences(
+    batches: Sequence[WriteBatch], holders: dict[str, str | None], created: dict[str, str | None]
+) -> None:
+    """Raise `LeaseLostError` unless every fence of `batches` holds: `holders` are the owners in
+    the database, `created` those of the sessions the batches create."""
+    for batch in batches:
+        if batch.fence is None:
+            continue
+        session_id, owner_id = batch.fence
+        holder = created[session_id] if session_id in created else holders.get(session_id)
+        if holder != owner_id:
+            raise LeaseLostError(f"The lease of session {session_id!r} is not held by {owner_id!r}")
 
 
 class BatchWriter:
@@ -200,6 +238,10 @@ class BatchWriter:
         broke it is only exact when `batches` holds one.
         """
         q = self._q
+        deleted = sorted({session_id for b in batches for session_id in b.deleted_sessions})
+        if deleted:
+            for statement in q.delete_sessions:
+                await conn.execute(statement, {"ids": q.ids(deleted)})
         sessions = [r.session_id for b in batches for r in (*b.new_sessions, *b.updated_sessions)]
         keys = [r.idempotency_key for b in batches for r in b.new_sessions if r.idempotency_key]
         conversations = {a.session_id for b in batches for a in b.messages}
@@ -213,6 +255,11 @@ class BatchWriter:
                 "streams": q.ids(streams),
             }
             rows = await conn.fetch(q.check, check)
+        if any(batch.fence is not None for batch in batches):
+            created = {r.session_id: r.owner_id for b in batches for r in b.new_sessions}
+            fenced = list(_fences(batches, created))
+            owners = await conn.fetch(q.owners, {"ids": q.ids(fenced)}) if fenced else []
+            _check_fences(batches, {session_id: owner for session_id, owner in owners}, created)
         plan = self._plan(batches, _Known(rows), now)
         if q.backend == "postgresql":
             await self._write_postgres(conn, plan, None)
@@ -226,9 +273,10 @@ class BatchWriter:
         """PostgreSQL, outside a transaction: write `batches` in one statement that first checks
         the database is as they expect (one round trip in all); returns what it wrote, or
         None when it wrote nothing: the database differs from what they expect, or they clear a
-        conversation. `apply` in a transaction then writes them or says which rule they break.
+        conversation or delete sessions. `apply` in a transaction then writes them or says which
+        rule they break.
         """
-        if any(batch.cleared_messages for batch in batches):
+        if any(batch.cleared_messages or batch.deleted_sessions for batch in batches):
             return None
         expected, guard = _expectations(batches)
         plan = self._plan(batches, expected, now)
@@ -291,6 +339,9 @@ class BatchWriter:
                 # Most of a group's bytes are message and chunk bodies, JSON text escaped once
                 # more here: orjson does that several times faster than pydantic_core.
                 params[prefix + "rows"] = orjson.dumps(rows).decode()
+        if plan.releases:
+            parts.add("l_")
+            params["l_ids"] = sorted(plan.releases)
         if not (parts or params["payloads"]):
             return True
         statement = q.write_all(frozenset(parts), frozenset(guard or ()))
@@ -316,6 +367,8 @@ class BatchWriter:
             await conn.many(q.insert_chunks, plan.chunks)
         if plan.statuses:
             await conn.many(q.upsert_stream_status, list(plan.statuses.values()))
+        for session_id, owner_id in plan.releases.items():
+            await conn.execute(q.release, {"b_session_id": session_id, "b_owner_id": owner_id})
 
     def _plan_sessions(self, batches: Sequence[WriteBatch], known: _Known, plan: Plan) -> None:
         created: dict[str, int] = {}
@@ -346,12 +399,17 @@ class BatchWriter:
                 else:
                     inserted = plan.new_sessions[session_id]
                     row = session_row(record)
-                    if record.status == "running":
-                        row["owner_id"] = inserted["owner_id"]
-                        row["lease_expires_at"] = inserted["lease_expires_at"]
-                    else:
-                        row["owner_id"] = row["lease_expires_at"] = None
+                    row["owner_id"] = inserted["owner_id"]
+                    row["lease_expires_at"] = inserted["lease_expires_at"]
                     plan.new_sessions[session_id] = row
+        for batch in batches:
+            if batch.release and batch.fence is not None:
+                session_id, owner_id = batch.fence
+                new_row = plan.new_sessions.get(session_id)
+                if new_row is None:
+                    plan.releases[session_id] = owner_id
+                else:
+                    new_row["owner_id"] = new_row["lease_expires_at"] = None
 
     def _plan_messages(self, batches: Sequence[WriteBatch], known: _Known, plan: Plan) -> None:
         # A batch's `cleared_messages` restart those conversations at index 0; the earlier
@@ -366,7 +424,7 @@ class BatchWriter:
             for append in batch.messages:
                 expected = following.get(append.session_id, 0)
                 if append.index != expected:
-                    raise SessionExistsError(
+                    raise WriteConflictError(
                         f"Message {append.index} of session {append.session_id!r} conflicts: "
                         f"the next index is {expected}"
                     )
@@ -386,7 +444,7 @@ class BatchWriter:
                 last = lasts.get(append.stream_id, 0)
                 for chunk in append.chunks:
                     if chunk.sequence != last + 1:
-                        raise SessionExistsError(
+                        raise WriteConflictError(
                             f"Chunk {chunk.sequence} of stream {append.stream_id!r} does not "
                             f"follow {last}"
                         )

@@ -1,0 +1,391 @@
+"""The children of one session, kept by one object (`Children`): it frames a delegated call in the
+stream, runs the child's life in a task of its own, tracks the children running, gives them the
+session's stops, and settles them. Each kind of child (a local sub-agent, a remote one) is a
+`Delegation` that plugs in; nothing else touches a session's child bookkeeping.
+
+See docs/architecture.md, "Children".
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pydantic import BaseModel, JsonValue
+
+from app import observability
+from app.protocol import BaseChunk, SubagentEndChunk, SubagentStartChunk, ToolCall
+from app.runtime.calls import CallResult, parse_arguments
+from app.runtime.hooks import fire
+from app.runtime.outcome import Outcome, Stop, stopped_outcome
+from app.runtime.steps import ended_ref
+from app.runtime.subtree import close_subtree
+from app.store import RefUpsert, SessionRecord, WriteBatch
+
+if TYPE_CHECKING:
+    from app.agents import AgentConfig, AgentRegistry, HookContext
+    from app.protocol import Message, SubSessionRef
+    from app.runtime.emitter import StreamWriter
+    from app.store import StateStore
+
+
+class Run(Protocol):
+    """A session's run as its parent holds it."""
+
+    frame: Frame | None
+    """Set for a run on its own (not inside its parent's call): what its end closes."""
+    inbox_due: bool
+    """Set when a message was queued for it: it reads its inbox before its next model call."""
+
+    @property
+    def ending(self) -> bool:
+        """Whether it is past reading anything more (writing its end, or ended)."""
+
+    def stop(self, stop: Stop) -> None:
+        """Stop it and its children (idempotent)."""
+
+    async def run(self) -> Outcome:
+        """Run it to an outcome, committed."""
+
+
+class Child(Protocol):
+    """A running child a parent can stop: a local child's run, or a remote one's copier."""
+
+    def stop(self, stop: Stop) -> None:
+        """Stop it (idempotent)."""
+
+
+class TreeServices(Protocol):
+    """What every session of a tree shares: the store, the agents, the stream's writer, and the
+    lease of the tree."""
+
+    @property
+    def store(self) -> StateStore: ...
+
+    @property
+    def registry(self) -> AgentRegistry: ...
+
+    @property
+    def writer(self) -> StreamWriter: ...
+
+    def check_lease(self) -> None:
+        """Raise (giving the tree up) if this process may no longer hold the tree's lease."""
+
+
+class Parent(Protocol):
+    """What a child needs of the session it belongs to."""
+
+    @property
+    def session_id(self) -> str: ...
+
+    @property
+    def record(self) -> SessionRecord: ...
+
+    @property
+    def agent(self) -> AgentConfig: ...
+
+    @property
+    def tree(self) -> TreeServices: ...
+
+    def emit(self, chunk_type: type[BaseChunk], **fields: Any) -> None:
+        """Emit a chunk from the parent into the tree's stream."""
+
+    def hook_context(self) -> HookContext:
+        """The parent, for its hooks."""
+
+    def child_run(
+        self,
+        agent: AgentConfig,
+        record: SessionRecord,
+        messages: list[Message],
+        ref: SubSessionRef,
+    ) -> Run:
+        """The run of a local child of the parent, ready to start."""
+
+
+class Prepared(Protocol):
+    """A child made ready to be stored with the response that starts it (one write for both)."""
+
+    @property
+    def record(self) -> SessionRecord: ...
+
+    @property
+    def ref(self) -> SubSessionRef: ...
+
+    def add_to(self, batch: WriteBatch) -> None:
+        """Write the child in `batch`."""
+
+    def start(self, parent: Parent) -> Run:
+        """Its run, once it is stored."""
+
+
+class Delegation(Protocol):
+    """A kind of child: how a tool call becomes a child session and, in the end, an outcome."""
+
+    @property
+    def agent_type(self) -> str:
+        """The child's agent type."""
+
+    @property
+    def input_schema(self) -> type[BaseModel]:
+        """What the call's arguments must be."""
+
+    @property
+    def outside(self) -> bool:
+        """Whether the child lives outside this process's store (on a remote server): the
+        response that asks for it must have landed before it is told."""
+
+    def child_id(self, parent_id: str, call_id: str) -> str:
+        """The child's deterministic session id."""
+
+    def prepare(
+        self, parent: Parent, call_id: str, child_id: str, child_input: dict[str, JsonValue]
+    ) -> Prepared | None:
+        """The child to store with the response that asks for it, if this kind is stored so."""
+
+    async def live(
+        self,
+        children: Children,
+        call_id: str,
+        child_id: str,
+        child_input: dict[str, JsonValue],
+        new: bool,
+    ) -> Outcome:
+        """The child's whole life: found again, started or reopened, run, and its outcome.
+        `new`: the call comes from a model call of this run, so no session of it exists."""
+
+
+class Children:
+    """The children of one session (see the module docstring)."""
+
+    def __init__(self, parent: Parent) -> None:
+        self.parent = parent
+        self._running: dict[str, Child] = {}
+        self._tasks: set[asyncio.Task[Outcome]] = set()
+        self._prepared: dict[str, Prepared] = {}
+        self._pause_watchers: list[asyncio.Future[None]] = []
+        self.stopped: Stop | None = None
+        """The stop every child gets, one still being opened included: set when the session
+        stops, or suspends for the client while children run."""
+
+    # -- running ------------------------------------------------------------------------------
+
+    async def call(
+        self, delegation: Delegation, call: ToolCall, new: bool
+    ) -> CallResult | Unanswered:
+        """Run the child a call asks for (see `run_child`); its outcome as the call's result
+        (`answer`). Arguments that do not fit are the call's error, and start no child."""
+        assert call.id is not None
+        call_id = call.id
+        parsed = parse_arguments(call.name, delegation.input_schema, call.arguments)
+        if isinstance(parsed, CallResult):
+            return parsed
+        child_id = delegation.child_id(self.parent.session_id, call_id)
+        child_input = parsed.model_dump(mode="json")
+        life = delegation.live(self, call_id, child_id, child_input, new)
+        outcome = await self.run_child(delegation.agent_type, call_id, child_id, child_input, life)
+        return self.answer(outcome)
+
+    async def run_child(
+        self,
+        agent_type: str,
+        call_id: str,
+        child_id: str,
+        child_input: dict[str, JsonValue],
+        life: Coroutine[Any, Any, Outcome],
+    ) -> Outcome:
+        """Run a child's `life` for the call `call_id`, framed in the stream (`subagent_start`,
+        the child's own chunks, `subagent_end`) and seen by the parent's hooks."""
+        parent = self.parent
+        try:
+            parent.tree.check_lease()
+            hooks = parent.agent.hooks
+            await fire(
+                hooks.before_sub_agent, parent.hook_context(), agent_type, child_id, child_input
+            )
+        except BaseException:
+            life.close()
+            raise
+        parent.emit(
+            SubagentStartChunk, sub_agent_type=agent_type, sub_session_id=child_id, call_id=call_id
+        )
+        # The child's whole life runs in a task of its own, shielded from this call's
+        # cancellation: when the parent stops, the child still records its own stop.
+        task = asyncio.get_running_loop().create_task(
+            observability.delegation(agent_type, child_id, life)
+        )
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        outcome = await asyncio.shield(task)
+        result = call_result(outcome).result
+        parent.emit(
+            SubagentEndChunk,
+            sub_agent_type=agent_type,
+            sub_session_id=child_id,
+            call_id=call_id,
+            result=result,
+        )
+        await fire(hooks.after_sub_agent, parent.hook_context(), agent_type, child_id, result)
+        return outcome
+
+    def answer(self, outcome: Outcome) -> CallResult | Unanswered:
+        """A child's outcome as its call's result. The call stays `Unanswered` when the child
+        pauses for the client (the parent pauses with it) or was dropped because the parent
+        suspends (it runs again on resume)."""
+        if outcome.status == "paused_awaiting_client":
+            self._paused()
+            return Unanswered()
+        if outcome.failure_reason == "parent_suspended":
+            return Unanswered(DROPPED)
+        return call_result(outcome)
+
+    def on_pause(self) -> asyncio.Future[None]:
+        """A future done once a child pauses for the client (the session then suspends)."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pause_watchers.append(future)
+        return future
+
+    def _paused(self) -> None:
+        watchers, self._pause_watchers = self._pause_watchers, []
+        for future in watchers:
+            if not future.done():
+                future.set_result(None)
+
+    def running(self, child_id: str, child: Child) -> None:
+        """A child runs now: the session's stops reach it (one already given, at once)."""
+        self._running[child_id] = child
+        if self.stopped is not None:
+            child.stop(self.stopped)
+
+    def ended(self, child_id: str) -> None:
+        """The child has stopped running."""
+        self._running.pop(child_id, None)
+
+    def stop(self, stop: Stop) -> None:
+        """Stop every running child, and every child still to start (the first stop wins)."""
+        self.stopped = self.stopped or stop
+        for child in list(self._running.values()):
+            child.stop(stop)
+
+    async def settled(self) -> None:
+        """Wait until every child's life has ended (each has recorded its own end)."""
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    # -- children stored with the response that starts them -----------------------------------
+
+    def prepare(self, calls: Sequence[ToolCall], delegations: dict[str, Delegation]) -> WriteBatch:
+        """The children a model response starts, made ready to be stored with the response in
+        one write (returned); their runs start when their calls are made."""
+        batch = WriteBatch()
+        for call in calls:
+            delegation = delegations.get(call.name)
+            if delegation is None or call.id is None:
+                continue
+            parsed = parse_arguments(call.name, delegation.input_schema, call.arguments)
+            if isinstance(parsed, CallResult):
+                continue
+            child_id = delegation.child_id(self.parent.session_id, call.id)
+            child_input = parsed.model_dump(mode="json")
+            prepared = delegation.prepare(self.parent, call.id, child_id, child_input)
+            if prepared is not None:
+                prepared.add_to(batch)
+                self._prepared[child_id] = prepared
+        return batch
+
+    def take_prepared(self, child_id: str) -> Prepared | None:
+        """The prepared child of this id, now that its call runs."""
+        return self._prepared.pop(child_id, None)
+
+    async def close(self, batch: WriteBatch, now: int, *, from_store: bool = False) -> None:
+        """Record in `batch` (the session's end) the end of the children that will not record
+        their own: those prepared whose calls never ran; with `from_store`, every descendant
+        the store still has running (a stop reaches those this run never reopened)."""
+        if not (from_store or self._prepared):
+            return
+        outcome = stopped_outcome(self.stopped or Stop("interrupted"))
+        if from_store:
+            # Once the tree's earlier writes have landed, the store shows what is still open.
+            parent = self.parent
+            await parent.tree.writer.settled()
+            tree = parent.tree
+            await close_subtree(tree.store, tree.registry, parent.record, outcome, batch, now)
+            self._prepared = {}
+            return
+        for prepared in self._prepared.values():
+            batch.updated_sessions.append(
+                prepared.record.evolve(
+                    status=outcome.status,
+                    error=outcome.error,
+                    failure_reason=outcome.failure_reason,
+                    updated_at=now,
+                )
+            )
+            ref = ended_ref(prepared.ref, outcome.status, now)
+            batch.refs.append(RefUpsert(self.parent.session_id, ref))
+        self._prepared = {}
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """The stream's frame of a child that runs on its own, not inside its parent's call (a
+    persistent child in the background): opened when it starts, closed by its end. Its
+    chunks are the parent's, as for any child."""
+
+    parent_id: str
+    parent_type: str
+    step: int
+    call_id: str
+    agent_type: str
+    child_id: str
+
+    def _fields(self) -> dict[str, Any]:
+        return {
+            "sub_agent_type": self.agent_type,
+            "sub_session_id": self.child_id,
+            "call_id": self.call_id,
+        }
+
+    def open(self, writer: StreamWriter) -> None:
+        """Emit its `subagent_start`."""
+        writer.emit(SubagentStartChunk, self.parent_id, self.parent_type, self.step, self._fields())
+
+    def close(self, writer: StreamWriter, outcome: Outcome) -> None:
+        """Emit its `subagent_end`, with the child's result."""
+        fields = {**self._fields(), "result": call_result(outcome).result}
+        writer.emit(SubagentEndChunk, self.parent_id, self.parent_type, self.step, fields)
+
+
+@dataclass(frozen=True, slots=True)
+class Unanswered:
+    """A call left unanswered by a suspension: its child waits for the client, or was
+    dropped (what the call's `tool_end` then says)."""
+
+    dropped: str | None = None
+
+
+DROPPED = "The session suspended before the sub-agent finished: it runs again on resume"
+"""What the `tool_end` of a call to a child dropped by a suspension says."""
+
+WAITS_FOR_CLIENT = "The sub-agent waits for the client"
+"""What the `subagent_end` of a child that paused for the client says (the call stays open)."""
+
+
+def failure_result(error: str) -> dict[str, JsonValue]:
+    """The tool result a parent gets for a child that did not complete."""
+    return {"success": False, "error": error}
+
+
+def call_result(outcome: Outcome) -> CallResult:
+    """A child's outcome as its parent's tool result."""
+    if outcome.status == "completed":
+        return CallResult(result=outcome.output)
+    if outcome.status == "terminated":
+        error = "The sub-agent was terminated"
+    elif outcome.status == "paused_awaiting_client":
+        error = WAITS_FOR_CLIENT
+    else:
+        error = outcome.error or f"The sub-agent ended {outcome.status}"
+    return CallResult(result=failure_result(error), error=error)

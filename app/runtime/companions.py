@@ -1,0 +1,349 @@
+"""What the companion tools do: spawn a persistent child, message it, list the children, look
+at one, wait for one, terminate one (the tools are defined in app/agents/companion.py).
+
+A blocking child runs inside its parent's call, like an ephemeral sub-agent; a non-blocking one
+runs on its own in the tree (`Tree.start`), framed in the stream from its spawn to its end, and
+its parent hears of its end in a notice (app/runtime/news.py). A call made again after a crash
+finds the child it started by the ref's `parentToolCallId`. See docs/architecture.md,
+"Persistent children".
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any
+
+from pydantic import BaseModel, JsonValue
+
+from app.agents import PersistentAgent
+from app.agents.companion import CompanionTool, NameInput, SendInput, SpawnInput
+from app.protocol import SubSessionRef
+from app.runtime.calls import CallResult, parse_arguments
+from app.runtime.children import Frame, Run, Unanswered, call_result
+from app.runtime.hooks import fire
+from app.runtime.local import stored
+from app.runtime.outcome import Outcome, Stop
+from app.runtime.persistent import (
+    Owner,
+    auto_name,
+    bad_name,
+    child_id,
+    detach,
+    live,
+    open_again,
+    open_continued,
+    open_fresh,
+    persistent_refs,
+)
+from app.runtime.subtree import close_subtree, descendants
+from app.store import InboxAppend, RefUpsert, SessionRecord, WriteBatch, now_ms
+
+WAIT_DROPPED = "The session suspended while waiting: the wait runs again on resume"
+"""What a `waitForResult` cut short by its session's suspension says."""
+
+REOPENED = frozenset({"running", "interrupted", "paused_awaiting_client"})
+"""Where a child a call started is found again from its checkpoint (and a failed one whose
+parent suspended)."""
+
+
+async def companion_call(
+    owner: Owner, tool: CompanionTool, call_id: str, arguments: Any
+) -> CallResult | Unanswered:
+    """Make one companion call: its result (`CallResult`), or `Unanswered` when its blocking
+    child pauses for the client or is dropped by a suspension."""
+    parsed = parse_arguments(tool.name, tool.input_schema, arguments)
+    if isinstance(parsed, CallResult):
+        return parsed
+    return await Companion(owner, tool, call_id).make(parsed)
+
+
+class Companion:
+    """One companion call of a session."""
+
+    def __init__(self, owner: Owner, tool: CompanionTool, call_id: str) -> None:
+        self.owner = owner
+        self.tool = tool
+        self.call_id = call_id
+
+    async def make(self, args: BaseModel) -> CallResult | Unanswered:
+        action = self.tool.action
+        refs = await self._refs()
+        if isinstance(args, SpawnInput):
+            return await self.spawn(args, refs)
+        if isinstance(args, SendInput):
+            return await self.send(args, refs)
+        if action == "list":
+            return CallResult(result={"children": [_listed(ref) for ref in refs.values()]})
+        assert isinstance(args, NameInput)
+        ref = refs.get(args.name)
+        if ref is None:
+            return _unknown(args.name, refs)
+        if action == "status":
+            return await self.status(ref)
+        if action == "wait":
+            return await self.wait(ref)
+        return await self.terminate(ref)
+
+    async def _refs(self) -> dict[str, SubSessionRef]:
+        """The session's persistent children, as stored once its own writes have landed."""
+        tree = self.owner.tree
+        await tree.writer.settled()
+        return persistent_refs(await tree.store.get_sub_session_refs(self.owner.session_id))
+
+    # -- spawn and send ----------------------------------------------------------------------
+
+    async def spawn(
+        self, args: SpawnInput, refs: dict[str, SubSessionRef]
+    ) -> CallResult | Unanswered:
+        entry = self.tool.persistent(args.agent)
+        assert entry is not None  # the input schema allows only the configured types
+        again = _started_by(refs, self.call_id)
+        if again is not None:
+            return await self._again(entry, again)
+        name = args.name if args.name is not None else auto_name(refs, entry.agent.name)
+        why = bad_name(name)
+        if why is not None:
+            return CallResult(error=why)
+        ref = refs.get(name)
+        if ref is None:
+            run = await open_fresh(self.owner, entry, name, self.call_id, args.initialMessage)
+            return await self._run(entry, name, run, args.initialMessage)
+        if ref.agent_type != entry.agent.name:
+            return CallResult(
+                error=f"The name {name!r} is taken by a child of type {ref.agent_type!r}"
+            )
+        record = await stored(self.owner.tree.store, ref.sub_session_id)
+        status = record.status if record is not None else "failed"
+        if status == "completed":
+            assert record is not None
+            run = await open_continued(
+                self.owner, entry, record, ref, self.call_id, args.initialMessage
+            )
+        elif status in ("failed", "terminated"):
+            superseded = await descendants(self.owner.tree.store, ref.sub_session_id)
+            run = await open_fresh(
+                self.owner, entry, name, self.call_id, args.initialMessage, superseded=superseded
+            )
+        else:
+            return CallResult(
+                error=f"Child {name!r} is {status}: send it a message with "
+                "companion__sendMessage instead"
+            )
+        return await self._run(entry, name, run, args.initialMessage)
+
+    async def send(
+        self, args: SendInput, refs: dict[str, SubSessionRef]
+    ) -> CallResult | Unanswered:
+        ref = refs.get(args.name)
+        if ref is None:
+            return _unknown(args.name, refs)
+        entry = self.owner.agent.persistent(ref.agent_type)
+        if entry is None:
+            return CallResult(error=f"Child {args.name!r} is of a type this agent no longer has")
+        if ref.parent_tool_call_id == self.call_id:
+            return await self._again(entry, ref)
+        tree = self.owner.tree
+        child = ref.sub_session_id
+        run: Run | None = tree.find(child)
+        if run is not None and not run.ending:
+            # It runs: the message waits in its inbox, and the ref names this call, so the
+            # call made again after a crash queues nothing more.
+            told = ref.replaced({"parent_tool_call_id": self.call_id})
+            inbox = [InboxAppend(child, args.message)]
+            refs_told = [RefUpsert(self.owner.session_id, told)]
+            await tree.writer.commit(WriteBatch(inbox=inbox, refs=refs_told))
+            run.inbox_due = True
+            result = _spawned(args.name, child, "running")
+            assert isinstance(result.result, dict)
+            result.result["queued"] = True
+            return result
+        if run is not None:
+            await tree.finished(child)
+            await tree.writer.settled()
+        record = await stored(tree.store, child)
+        status = record.status if record is not None else "failed"
+        if status != "completed":
+            return CallResult(error=_not_talking(args.name, status))
+        assert record is not None
+        continued = await open_continued(self.owner, entry, record, ref, self.call_id, args.message)
+        return await self._run(entry, args.name, continued, args.message)
+
+    async def _again(self, entry: PersistentAgent, ref: SubSessionRef) -> CallResult | Unanswered:
+        """This call, made again (after a crash, or on resume): carry on with the child it
+        started, or answer as it did."""
+        tree = self.owner.tree
+        child = ref.sub_session_id
+        name = ref.name or ""
+        record = await stored(tree.store, child)
+        if record is None:
+            return CallResult(error=f"Child {name!r} is lost")
+        here = tree.find(child) is not None
+        stopped = record.status in REOPENED or record.failure_reason == "parent_suspended"
+        reopen = stopped and not here
+        if entry.mode == "non-blocking":
+            if reopen:
+                self._detach(
+                    entry, child, await open_again(tree, self.owner.session_id, entry, record, ref)
+                )
+            return _spawned(name, child, "running" if stopped else record.status)
+        if here:  # it runs inside another call of this step: its end is this call's result
+            await tree.finished(child)
+            await tree.writer.settled()
+            record = await stored(tree.store, child) or record
+        elif reopen:
+            return await self._run(
+                entry, name, await open_again(tree, self.owner.session_id, entry, record, ref), None
+            )
+        return await self._inline(entry.agent.name, child, None, _done(_settled(record)))
+
+    async def _run(
+        self, entry: PersistentAgent, name: str, run: Run, message: str | None
+    ) -> CallResult | Unanswered:
+        """Run a child just started: inside this call when blocking, else on its own."""
+        child = child_id(self.owner, name)
+        if entry.mode == "non-blocking":
+            hooks = self.owner.agent.hooks
+            context = self.owner.hook_context()
+            await fire(
+                hooks.before_sub_agent, context, entry.agent.name, child, {"message": message}
+            )
+            self._detach(entry, child, run)
+            return _spawned(name, child, "running")
+        return await self._inline(
+            entry.agent.name, child, message, live(self.owner.children, child, run)
+        )
+
+    async def _inline(
+        self, agent_type: str, child: str, message: str | None, life: Coroutine[Any, Any, Outcome]
+    ) -> CallResult | Unanswered:
+        children = self.owner.children
+        child_input: dict[str, JsonValue] = {"message": message}
+        outcome = await children.run_child(agent_type, self.call_id, child, child_input, life)
+        return children.answer(outcome)
+
+    def _detach(self, entry: PersistentAgent, child: str, run: Run) -> None:
+        owner = self.owner
+        frame = Frame(
+            owner.session_id, owner.agent.name, owner.step, self.call_id, entry.agent.name, child
+        )
+        detach(owner.tree, run, frame)
+
+    # -- status, wait, terminate -------------------------------------------------------------
+
+    async def status(self, ref: SubSessionRef) -> CallResult:
+        record = await stored(self.owner.tree.store, ref.sub_session_id)
+        if record is None:
+            return CallResult(error=f"Child {ref.name!r} is lost")
+        result: dict[str, JsonValue] = {**_listed(ref), "status": record.status}
+        result["stepCount"] = record.step_count
+        if record.status == "completed":
+            result["output"] = record.output
+        elif record.error is not None:
+            result["error"] = record.error
+        return CallResult(result=result)
+
+    async def wait(self, ref: SubSessionRef) -> CallResult | Unanswered:
+        tree = self.owner.tree
+        child = ref.sub_session_id
+        ended = tree.finished(child)
+        waiter = _Waiter(ended)
+        key = f"{child}#wait:{self.call_id}"
+        self.owner.children.running(key, waiter)
+        try:
+            await ended
+        except asyncio.CancelledError:
+            if waiter.stopped is None:
+                raise
+            return Unanswered(WAIT_DROPPED)
+        finally:
+            self.owner.children.ended(key)
+        await tree.writer.settled()
+        record = await stored(tree.store, child)
+        if record is None:
+            return CallResult(error=f"Child {ref.name!r} is lost")
+        if record.status not in ("completed", "failed", "terminated"):
+            return CallResult(error=f"Child {ref.name!r} is {record.status}: it has no result")
+        latest = persistent_refs(await tree.store.get_sub_session_refs(self.owner.session_id))
+        taken = latest.get(ref.name or "", ref).replaced({"completion_delivered": True})
+        await tree.writer.commit(WriteBatch(refs=[RefUpsert(self.owner.session_id, taken)]))
+        return call_result(_settled(record))
+
+    async def terminate(self, ref: SubSessionRef) -> CallResult:
+        tree = self.owner.tree
+        child = ref.sub_session_id
+        run: Run | None = tree.find(child)
+        if run is not None:
+            run.stop(Stop("terminated", "Terminated by its parent"))
+            await tree.finished(child)
+            await tree.writer.settled()
+        record = await stored(tree.store, child)
+        now = now_ms()
+        latest = persistent_refs(await tree.store.get_sub_session_refs(self.owner.session_id))
+        ended = latest.get(ref.name or "", ref).replaced(
+            {"status": "terminated", "completed_at": now, "completion_delivered": True}
+        )
+        batch = WriteBatch(refs=[RefUpsert(self.owner.session_id, ended)])
+        if record is not None and record.status != "terminated":
+            batch.updated_sessions.append(
+                record.evolve(status="terminated", output=None, updated_at=now)
+            )
+            gone = Outcome("terminated", error="Terminated by its parent")
+            await close_subtree(tree.store, tree.registry, record, gone, batch, now)
+        await tree.writer.commit(batch)
+        return CallResult(result={**_listed(ref), "status": "terminated"})
+
+
+class _Waiter:
+    """A `waitForResult` in progress, as its session's children see it: a suspension stops
+    it (the wait is made again on resume)."""
+
+    def __init__(self, ended: asyncio.Future[None]) -> None:
+        self.ended = ended
+        self.stopped: Stop | None = None
+
+    def stop(self, stop: Stop) -> None:
+        if self.stopped is None and not self.ended.done():
+            self.stopped = stop
+            self.ended.cancel()
+
+
+def _started_by(refs: dict[str, SubSessionRef], call_id: str) -> SubSessionRef | None:
+    return next((ref for ref in refs.values() if ref.parent_tool_call_id == call_id), None)
+
+
+def _settled(record: SessionRecord) -> Outcome:
+    """A stopped child's outcome, as stored."""
+    if record.status == "completed":
+        return Outcome("completed", output=record.output)
+    if record.status == "terminated":
+        return Outcome("terminated")
+    return Outcome(record.status, error=record.error or f"The child ended {record.status}")
+
+
+async def _done(outcome: Outcome) -> Outcome:
+    return outcome
+
+
+def _listed(ref: SubSessionRef) -> dict[str, JsonValue]:
+    return {
+        "name": ref.name,
+        "agentType": ref.agent_type,
+        "sessionId": ref.sub_session_id,
+        "status": ref.status,
+    }
+
+
+def _spawned(name: str, child: str, status: str) -> CallResult:
+    return CallResult(result={"name": name, "sessionId": child, "status": status})
+
+
+def _not_talking(name: str, status: str) -> str:
+    if status in ("failed", "terminated"):
+        return f"Child {name!r} is {status}: spawn it again to start it afresh"
+    return f"Child {name!r} is {status}: it takes messages again once its tree resumes"
+
+
+def _unknown(name: str, refs: dict[str, SubSessionRef]) -> CallResult:
+    known = ", ".join(sorted(refs)) or "none yet"
+    return CallResult(error=f"No child is named {name!r}; your children: {known}")

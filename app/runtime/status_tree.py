@@ -1,0 +1,88 @@
+"""A session's whole tree, read from the store: every local descendant with its status and
+usage, nested as the refs order them, and the tree's summed usage (`/status?tree=true`).
+
+Local descendants share their root's stream, so one read finds them all; each node with
+children costs one read of its refs. A remote child is a leaf: its own tree is on its server.
+"""
+
+from __future__ import annotations
+
+from app.protocol import SubSessionRef
+from app.protocol.browser import TreeNode, UsageTotals
+from app.store import SessionRecord, StateStore
+
+MAX_DEPTH = 64
+"""The deepest tree served: deeper levels are left out (`truncated`)."""
+
+
+async def session_tree(
+    store: StateStore, record: SessionRecord, *, depth: int | None = None
+) -> tuple[TreeNode, UsageTotals]:
+    """The tree under `record` to `depth` levels of children (all when None) and the usage of
+    the whole tree, whatever the depth."""
+    limit = MAX_DEPTH if depth is None else min(depth, MAX_DEPTH)
+    members = await store.list_stream_sessions(record.stream_id)
+    children: dict[str, list[SessionRecord]] = {}
+    for member in members:
+        if member.parent_session_id is not None:
+            children.setdefault(member.parent_session_id, []).append(member)
+    usage = [0, 0]
+
+    def count(node: SessionRecord) -> None:
+        usage[0] += node.input_tokens
+        usage[1] += node.output_tokens
+        for child in children.get(node.session_id, []):
+            count(child)
+
+    count(record)
+
+    async def build(node: SessionRecord, ref: SubSessionRef | None, level: int) -> TreeNode:
+        kids: list[TreeNode] = []
+        refs = await store.get_sub_session_refs(node.session_id)
+        if level < limit:
+            local = {child.session_id: child for child in children.get(node.session_id, [])}
+            for child_ref in refs:
+                found = local.pop(child_ref.sub_session_id, None)
+                if found is None:
+                    kids.append(_from_ref(child_ref))
+                else:
+                    kids.append(await build(found, child_ref, level + 1))
+            for orphan in local.values():  # a child whose ref has not landed yet
+                kids.append(await build(orphan, None, level + 1))
+        return _node(node, ref, kids, truncated=level >= limit and bool(refs))
+
+    tree = await build(record, None, 0)
+    return tree, UsageTotals(input_tokens=usage[0], output_tokens=usage[1])
+
+
+def _node(
+    record: SessionRecord, ref: SubSessionRef | None, children: list[TreeNode], *, truncated: bool
+) -> TreeNode:
+    return TreeNode(
+        session_id=record.session_id,
+        agent_type=record.agent_type,
+        status=record.status,
+        step_count=record.step_count,
+        output=record.output,
+        error=record.error,
+        failure_reason=record.failure_reason,
+        parent_tool_call_id=None if ref is None else ref.parent_tool_call_id,
+        mode="ephemeral" if ref is None else ref.mode,
+        name=None if ref is None else ref.name,
+        remote=None if ref is None else ref.remote,
+        usage=UsageTotals(input_tokens=record.input_tokens, output_tokens=record.output_tokens),
+        children=children,
+        truncated=truncated,
+    )
+
+
+def _from_ref(ref: SubSessionRef) -> TreeNode:
+    return TreeNode(
+        session_id=ref.sub_session_id,
+        agent_type=ref.agent_type,
+        status=ref.status,
+        parent_tool_call_id=ref.parent_tool_call_id,
+        mode=ref.mode,
+        name=ref.name,
+        remote=ref.remote,
+    )
