@@ -28,7 +28,14 @@ from typing import Any, TypeVar
 
 from app.errors import SessionExistsError, StoreError, StoreRefusedError
 from app.protocol import Chunk, Message, SessionStatus, SubSessionRef
-from app.store import InterruptFlag, SessionRecord, StateStore, StreamState, WriteBatch
+from app.store import (
+    InboxMessage,
+    InterruptFlag,
+    SessionRecord,
+    StateStore,
+    StreamState,
+    WriteBatch,
+)
 from app.store.base import Listener, SessionCursor, StreamWatch
 from tests.faults.ledger import Ledger
 
@@ -409,6 +416,9 @@ class FaultyStore(StateStore):
             f"read_messages:{session_id}:{offset}",
             lambda: self.inner.read_messages(session_id, offset=offset, limit=limit),
         )
+
+    async def read_inbox(self, session_id: str) -> list[InboxMessage]:
+        return await self._read(f"inbox:{session_id}", lambda: self.inner.read_inbox(session_id))
 
     async def list_stream_sessions(self, stream_id: str) -> list[SessionRecord]:
         return await self._read(
