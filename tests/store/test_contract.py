@@ -36,6 +36,8 @@ from app.protocol import (
 )
 from app.store import (
     ChunkAppend,
+    InboxAppend,
+    InboxTake,
     MemoryStore,
     MessageAppend,
     RefUpsert,
@@ -635,6 +637,51 @@ async def test_deleted_sessions_go_with_their_conversations_refs_and_flags(
     # The superseded id is free again: the new run creates its child anew.
     await create(store, leaf)
     assert (await store.get_session("root-sub-m-sub-l")).status == "running"
+
+
+# -- inbox ----------------------------------------------------------------------------------------
+
+
+async def test_the_inbox_keeps_order_and_takes_up_to_a_message(store: StateStore) -> None:
+    await create(store, session("a"), session("b"))
+    await store.commit(WriteBatch(inbox=[InboxAppend("a", "one"), InboxAppend("b", "other")]))
+    await store.commit(WriteBatch(inbox=[InboxAppend("a", "two")]))
+    queued = await store.read_inbox("a")
+    assert [m.content for m in queued] == ["one", "two"]
+    assert queued[0].id < queued[1].id
+    assert all(m.session_id == "a" and m.created_at > 0 for m in queued)
+    # Taking the first leaves the second; one written with the take stays too.
+    await store.commit(
+        WriteBatch(inbox_taken=[InboxTake("a", queued[0].id)], inbox=[InboxAppend("a", "three")])
+    )
+    assert [m.content for m in await store.read_inbox("a")] == ["two", "three"]
+    assert [m.content for m in await store.read_inbox("b")] == ["other"]
+    assert await store.read_inbox("nobody") == []
+
+
+async def test_a_message_for_an_unknown_session_fails_the_batch(store: StateStore) -> None:
+    await create(store, session("a"))
+    with pytest.raises(SessionNotFoundError):
+        await store.commit(
+            WriteBatch(
+                updated_sessions=[session("a", step_count=3)],
+                inbox=[InboxAppend("nobody", "lost")],
+            )
+        )
+    assert (await store.get_session("a")).step_count == 0
+    # A session created in the same batch can be written to.
+    await store.commit(WriteBatch(new_sessions=[session("b")], inbox=[InboxAppend("b", "welcome")]))
+    assert [m.content for m in await store.read_inbox("b")] == ["welcome"]
+
+
+async def test_a_deleted_session_takes_its_inbox_with_it(store: StateStore) -> None:
+    await create(store, session("a"))
+    await store.commit(WriteBatch(inbox=[InboxAppend("a", "stale")]))
+    await store.commit(WriteBatch(deleted_sessions=["a"]))
+    await create(store, session("a"))
+    assert await store.read_inbox("a") == []
+    with pytest.raises(SessionNotFoundError):
+        await store.commit(WriteBatch(inbox=[InboxAppend("gone", "x")]))
 
 
 async def test_a_fenced_batch_lands_only_while_its_lease_is_held(store: StateStore) -> None:

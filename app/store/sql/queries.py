@@ -46,6 +46,7 @@ from app.store.sql.pg_write import build_write_all
 from app.store.sql.rows import UPDATED_COLUMNS
 from app.store.sql.tables import (
     chunks,
+    inbox,
     interrupt_flags,
     messages,
     sessions,
@@ -160,6 +161,7 @@ class Queries:
                     among(refs_c.parent_session_id, "ids") | among(refs_c.sub_session_id, "ids")
                 ),
                 delete(interrupt_flags).where(among(interrupt_flags.c.session_id, "ids")),
+                delete(inbox).where(among(inbox.c.session_id, "ids")),
             )
         )
         """What deleting sessions takes (see `WriteBatch.deleted_sessions`), one table each."""
@@ -180,6 +182,18 @@ class Queries:
             )
         )
         self.insert_chunks = driver(_insert(chunks))
+        self.queue_inbox = driver(
+            insert(inbox).values(
+                session_id=bindparam("session_id"),
+                content=bindparam("content"),
+                created_at=bindparam("created_at"),
+            )
+        )
+        self.take_inbox = driver(
+            delete(inbox)
+            .where(inbox.c.session_id == bindparam("session_id"))
+            .where(inbox.c.id <= bindparam("through"))
+        )
         self.upsert_stream_status = driver(upsert(streams, ("stream_id",), last_sequence="0"))
         self._dialect = dialect
         self._writes: dict[tuple[frozenset[str], frozenset[str]], DriverSql] = {}
@@ -214,6 +228,11 @@ class Queries:
             select(sub_session_refs)
             .where(refs.parent_session_id == bindparam("parent_session_id"))
             .order_by(refs.position)
+        )
+        self.read_inbox = driver(
+            select(inbox.c.id, inbox.c.content, inbox.c.created_at)
+            .where(inbox.c.session_id == bindparam("session_id"))
+            .order_by(inbox.c.id)
         )
         self.read_chunks = driver(
             select(chunks.c.body)

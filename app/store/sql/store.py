@@ -267,7 +267,11 @@ class SqlStore(StateStore):
         return [message_from_body(body) for (body,) in rows]
 
     async def read_inbox(self, session_id: str) -> list[InboxMessage]:
-        raise NotImplementedError("the SQL inbox is being written")  # replaced by the inbox work
+        self._check_open()
+        with translate_errors("read the inbox"):
+            async with self._connections.acquire() as conn:
+                rows = await conn.fetch(self._queries.read_inbox, {"session_id": session_id})
+        return [InboxMessage(number, session_id, content, at) for number, content, at in rows]
 
     async def get_sub_session_refs(self, parent_session_id: str) -> list[SubSessionRef]:
         """The parent's refs, in the order they were first added."""

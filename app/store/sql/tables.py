@@ -128,3 +128,15 @@ interrupt_flags = Table(
     Column("requested_at", BigInteger, nullable=False),
 )
 """Pending interrupt requests, cleared by the check that reads them."""
+
+inbox = Table(
+    "inbox",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer(), "sqlite"), primary_key=True),
+    Column("session_id", String, nullable=False),
+    Column("content", Text, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Index(None, "session_id", "id"),
+)
+"""Messages queued for running sessions (`InboxMessage`); `id` increases in insertion order
+(an INTEGER PRIMARY KEY on SQLite, an identity column on PostgreSQL)."""

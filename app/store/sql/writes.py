@@ -243,6 +243,7 @@ class BatchWriter:
             for statement in q.delete_sessions:
                 await conn.execute(statement, {"ids": q.ids(deleted)})
         sessions = [r.session_id for b in batches for r in (*b.new_sessions, *b.updated_sessions)]
+        sessions += [queue.session_id for b in batches for queue in b.inbox]
         keys = [r.idempotency_key for b in batches for r in b.new_sessions if r.idempotency_key]
         conversations = {a.session_id for b in batches for a in b.messages}
         streams = {a.stream_id for b in batches for a in b.chunks}
@@ -260,12 +261,29 @@ class BatchWriter:
             fenced = list(_fences(batches, created))
             owners = await conn.fetch(q.owners, {"ids": q.ids(fenced)}) if fenced else []
             _check_fences(batches, {session_id: owner for session_id, owner in owners}, created)
-        plan = self._plan(batches, _Known(rows), now)
+        known = _Known(rows)
+        plan = self._plan(batches, known, now)
         if q.backend == "postgresql":
             await self._write_postgres(conn, plan, None)
         else:
             await self._write_sqlite(conn, plan)
+        await self._write_inbox(conn, batches, known.sessions | set(plan.new_sessions), now)
         return plan
+
+    async def _write_inbox(
+        self, conn: RawConnection, batches: Sequence[WriteBatch], present: set[str], now: int
+    ) -> None:
+        """Each batch's inbox changes, in order: what it took leaves, what it queued joins
+        (for a session that exists once the batches are written)."""
+        for batch in batches:
+            for take in batch.inbox_taken:
+                params = {"session_id": take.session_id, "through": take.through}
+                await conn.execute(self._q.take_inbox, params)
+            for queue in batch.inbox:
+                if queue.session_id not in present:
+                    raise SessionNotFoundError(f"Session {queue.session_id!r} not found")
+                row = {"session_id": queue.session_id, "content": queue.content, "created_at": now}
+                await conn.execute(self._q.queue_inbox, row)
 
     async def apply_at_once(
         self, conn: RawConnection, batches: Sequence[WriteBatch], *, now: int
@@ -273,10 +291,13 @@ class BatchWriter:
         """PostgreSQL, outside a transaction: write `batches` in one statement that first checks
         the database is as they expect (one round trip in all); returns what it wrote, or
         None when it wrote nothing: the database differs from what they expect, or they clear a
-        conversation or delete sessions. `apply` in a transaction then writes them or says which
-        rule they break.
+        conversation, delete sessions or change an inbox. `apply` in a transaction then writes
+        them or says which rule they break.
         """
-        if any(batch.cleared_messages or batch.deleted_sessions for batch in batches):
+        if any(
+            batch.cleared_messages or batch.deleted_sessions or batch.inbox or batch.inbox_taken
+            for batch in batches
+        ):
             return None
         expected, guard = _expectations(batches)
         plan = self._plan(batches, expected, now)
