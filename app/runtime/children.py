@@ -169,6 +169,15 @@ class Children:
         self.stopped: Stop | None = None
         """The stop every child gets, one still being opened included: set when the session
         stops, or suspends for the client while children run."""
+        self._opening: asyncio.Lock | None = None
+
+    @property
+    def opening(self) -> asyncio.Lock:
+        """Held while a call picks a persistent child and opens it, so the calls of a step
+        do so one at a time, in call order: each sees the names the earlier ones took."""
+        if self._opening is None:
+            self._opening = asyncio.Lock()
+        return self._opening
 
     # -- running ------------------------------------------------------------------------------
 

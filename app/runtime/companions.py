@@ -11,7 +11,7 @@ finds the child it started by the ref's `parentToolCallId`. See docs/architectur
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from pydantic import BaseModel, JsonValue
@@ -42,6 +42,11 @@ from app.store import InboxAppend, RefUpsert, SessionRecord, WriteBatch, now_ms
 WAIT_DROPPED = "The session suspended while waiting: the wait runs again on resume"
 """What a `waitForResult` cut short by its session's suspension says."""
 
+Later = Callable[[], Awaitable[CallResult | Unanswered]]
+"""The rest of a call that opened a blocking child: running it, once the opening is over."""
+Opened = CallResult | Unanswered | Later
+"""What a spawn or a message did while its session's children were being opened."""
+
 REOPENED = frozenset({"running", "interrupted", "paused_awaiting_client"})
 """Where a child a call started is found again from its checkpoint (and a failed one whose
 parent suspended)."""
@@ -68,11 +73,18 @@ class Companion:
 
     async def make(self, args: BaseModel) -> CallResult | Unanswered:
         action = self.tool.action
+        if isinstance(args, SpawnInput | SendInput):
+            # The calls of a step that start children pick them one at a time (names, running
+            # children), then let them run side by side.
+            async with self.owner.children.opening:
+                refs = await self._refs()
+                opened = await (
+                    self.spawn(args, refs)
+                    if isinstance(args, SpawnInput)
+                    else self.send(args, refs)
+                )
+            return opened if isinstance(opened, CallResult | Unanswered) else await opened()
         refs = await self._refs()
-        if isinstance(args, SpawnInput):
-            return await self.spawn(args, refs)
-        if isinstance(args, SendInput):
-            return await self.send(args, refs)
         if action == "list":
             return CallResult(result={"children": [_listed(ref) for ref in refs.values()]})
         assert isinstance(args, NameInput)
@@ -93,9 +105,7 @@ class Companion:
 
     # -- spawn and send ----------------------------------------------------------------------
 
-    async def spawn(
-        self, args: SpawnInput, refs: dict[str, SubSessionRef]
-    ) -> CallResult | Unanswered:
+    async def spawn(self, args: SpawnInput, refs: dict[str, SubSessionRef]) -> Opened:
         entry = self.tool.persistent(args.agent)
         assert entry is not None  # the input schema allows only the configured types
         again = _started_by(refs, self.call_id)
@@ -132,9 +142,7 @@ class Companion:
             )
         return await self._run(entry, name, run, args.initialMessage)
 
-    async def send(
-        self, args: SendInput, refs: dict[str, SubSessionRef]
-    ) -> CallResult | Unanswered:
+    async def send(self, args: SendInput, refs: dict[str, SubSessionRef]) -> Opened:
         ref = refs.get(args.name)
         if ref is None:
             return _unknown(args.name, refs)
@@ -169,7 +177,7 @@ class Companion:
         continued = await open_continued(self.owner, entry, record, ref, self.call_id, args.message)
         return await self._run(entry, args.name, continued, args.message)
 
-    async def _again(self, entry: PersistentAgent, ref: SubSessionRef) -> CallResult | Unanswered:
+    async def _again(self, entry: PersistentAgent, ref: SubSessionRef) -> Opened:
         """This call, made again (after a crash, or on resume): carry on with the child it
         started, or answer as it did."""
         tree = self.owner.tree
@@ -188,19 +196,25 @@ class Companion:
                 )
             return _spawned(name, child, "running" if stopped else record.status)
         if here:  # it runs inside another call of this step: its end is this call's result
-            await tree.finished(child)
-            await tree.writer.settled()
-            record = await stored(tree.store, child) or record
-        elif reopen:
+
+            async def ended() -> CallResult | Unanswered:
+                await tree.finished(child)
+                await tree.writer.settled()
+                latest = await stored(tree.store, child) or record
+                return await self._inline(entry.agent.name, child, None, _done(_settled(latest)))
+
+            return ended
+        if reopen:
             return await self._run(
                 entry, name, await open_again(tree, self.owner.session_id, entry, record, ref), None
             )
-        return await self._inline(entry.agent.name, child, None, _done(_settled(record)))
+        return lambda: self._inline(entry.agent.name, child, None, _done(_settled(record)))
 
     async def _run(
         self, entry: PersistentAgent, name: str, run: Run, message: str | None
-    ) -> CallResult | Unanswered:
-        """Run a child just started: inside this call when blocking, else on its own."""
+    ) -> Opened:
+        """Run a child just opened: on its own when non-blocking, else (once the opening is
+        over) inside this call."""
         child = child_id(self.owner, name)
         if entry.mode == "non-blocking":
             hooks = self.owner.agent.hooks
@@ -210,7 +224,7 @@ class Companion:
             )
             self._detach(entry, child, run)
             return _spawned(name, child, "running")
-        return await self._inline(
+        return lambda: self._inline(
             entry.agent.name, child, message, live(self.owner.children, child, run)
         )
 

@@ -4,6 +4,9 @@ lead                 delegates three jobs at once, then reports their scores
 └── worker  (x3)     measure + a checker sub-agent in parallel, then finishes with a score
     └── checker      measure, then finishes with a score
 
+curator              spawns two non-blocking persistent scouts, ends its turn; on the next
+└── scout   (x2)     turn reports the completion notices it got (slowly, to be killed in)
+
 Every model call and every tool call appends one JSON line to the file named by `E2E_CALL_LOG`
 (when set) before it does anything else, with the process id, so a test that kills a server can
 tell the calls made before the kill from those made after the restart. The latencies make a run
@@ -19,10 +22,16 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from app import AgentRegistry, create_sub_agent_tool, define_agent, define_tool
+from app import (
+    AgentRegistry,
+    PersistentAgent,
+    create_sub_agent_tool,
+    define_agent,
+    define_tool,
+)
 from app.agents import ToolContext
 from app.models import FunctionModel, ModelRequest, ModelResponse, ToolCall
-from app.protocol import AssistantMessage, ToolMessage, UserMessage
+from app.protocol import AssistantMessage, SystemMessage, ToolMessage, UserMessage
 
 CALL_LOG_ENV = "E2E_CALL_LOG"
 JOBS = [("alpha", 2), ("beta", 3), ("gamma", 4)]
@@ -147,7 +156,57 @@ lead = define_agent(
     model=FunctionModel(lead_model, latency=0.15),
 )
 
-registry = AgentRegistry([lead, worker, checker])
+
+SCOUTED = ("dunes", "reefs")
+"""The curator's scouts' topics: scouts `scout-1` and `scout-2`, in this order."""
+REPORT_SECONDS = 1.0
+"""How long the curator's report takes: a test kills its server in the middle of it."""
+
+
+class Note(BaseModel):
+    note: str
+
+
+def scout_model(request: ModelRequest) -> ModelResponse:
+    log_call("model", request.session_id, str(_turn(request)))
+    told = [m.content for m in request.messages if isinstance(m, UserMessage)]
+    return ModelResponse(tool_calls=[ToolCall("__finish__", {"note": "; ".join(told)})])
+
+
+scout = define_agent(
+    "scout",
+    description="Scouts a topic.",
+    output_schema=Note,
+    model=FunctionModel(scout_model, latency=0.6),
+)
+
+
+def curator_model(request: ModelRequest) -> Any:
+    turn = _turn(request)
+    log_call("model", request.session_id, str(turn))
+    if turn == 0:
+        spawns = [
+            ToolCall("companion__spawnAgent", {"agent": "scout", "initialMessage": topic})
+            for topic in SCOUTED
+        ]
+        return ModelResponse(text="sending two scouts", tool_calls=spawns)
+    notices = [m.content for m in request.messages if isinstance(m, SystemMessage)]
+
+    async def report() -> ModelResponse:
+        await asyncio.sleep(REPORT_SECONDS)
+        return ModelResponse(text=f"turn {turn}: " + " | ".join(notices))
+
+    return ModelResponse(text="the scouts are out") if turn == 1 else report()
+
+
+curator = define_agent(
+    "curator",
+    description="Sends scouts out and reports what they found.",
+    persistent_agents=[PersistentAgent(scout, mode="non-blocking")],
+    model=FunctionModel(curator_model, latency=0.05),
+)
+
+registry = AgentRegistry([lead, worker, checker, curator])
 
 EXPECTED_OUTPUT = "scores: " + ", ".join(
     json.dumps({"task": task, "score": len(task) * size * 3}) for task, size in JOBS

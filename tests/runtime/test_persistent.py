@@ -240,3 +240,19 @@ async def test_a_background_child_is_taken_over_after_its_server_dies(store: Sta
     assert isinstance(second.output, str)
     assert len(answers(second.output)["notice"]) == 1
     check_invariants(chunks)
+
+
+async def test_spawns_of_one_step_take_names_in_call_order(store: StateStore) -> None:
+    calls = Calls()
+    steps = [[spawn("a", "solar"), spawn("b", "wind"), spawn("c", "tide", name="researcher-2")]]
+    parent = coordinator(calls, researcher(calls), steps, mode="non-blocking")
+    async with AgentRuntime(AgentRegistry([parent]), store=store) as runtime:
+        got = answers(await run_to_end(runtime, "coordinator", "p"))
+        chunks = [chunk async for chunk in runtime.follow("p")]
+        refs = await store.get_sub_session_refs("p")
+    assert got["a"]["name"] == "researcher-1"
+    assert got["b"]["name"] == "researcher-2"
+    # The name an earlier call of the step took is running: no second session is made.
+    assert got["c"].startswith("error: Child 'researcher-2' is running")
+    assert [ref.name for ref in refs] == ["researcher-1", "researcher-2"]
+    check_invariants(chunks)
