@@ -98,14 +98,33 @@ def check_invariants(chunks: Sequence[BaseChunk]) -> None:
         if not _paused(chunks[end]):
             assert tool_ends, f"no tool_end after subagent_end of {child}"
         frames.setdefault(child, []).append((index, end))
+    # A child started by a companion call may outlive its parent's run: its frame and what is
+    # inside it need only be inside the frames from it down.
+    detached = {
+        c.sub_session_id
+        for c in chunks
+        if isinstance(c, SubagentStartChunk) and (c.agent_id, c.call_id) in background
+    }
     for i, c in enumerate(chunks):
+        framing = isinstance(c, SubagentStartChunk | SubagentEndChunk) and (
+            c.sub_session_id in detached
+        )
+        subject = c.sub_session_id if framing else c.agent_id  # type: ignore[attr-defined]
+        top = max((d for d in detached if _under(subject, d)), key=len, default="")
         owners = [
-            child for child in frames if c.agent_id == child or c.agent_id.startswith(child + "-")
+            child
+            for child in frames
+            if _under(subject, child) and _under(child, top) and not (framing and child == subject)
         ]
         for child in owners:
             assert any(start < i < end for start, end in frames[child]), (
                 f"{describe(c)} (#{i}) outside the frames of {child}"  # type: ignore[arg-type]
             )
+
+
+def _under(session_id: str, ancestor: str) -> bool:
+    """Whether `session_id` is `ancestor` or below it (any session is below "")."""
+    return not ancestor or session_id == ancestor or session_id.startswith(ancestor + "-")
 
 
 def _paused(chunk: BaseChunk) -> bool:

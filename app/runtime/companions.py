@@ -39,6 +39,9 @@ from app.runtime.persistent import (
 from app.runtime.subtree import close_subtree, descendants
 from app.store import InboxAppend, RefUpsert, SessionRecord, WriteBatch, now_ms
 
+TERMINATED = "Terminated by its parent"
+"""The error of a child `terminateChild` ended, and of its subtree."""
+
 WAIT_DROPPED = "The session suspended while waiting: the wait runs again on resume"
 """What a `waitForResult` cut short by its session's suspension says."""
 
@@ -286,11 +289,18 @@ class Companion:
     async def terminate(self, ref: SubSessionRef) -> CallResult:
         tree = self.owner.tree
         child = ref.sub_session_id
-        run: Run | None = tree.find(child)
-        if run is not None:
-            run.stop(Stop("terminated", "Terminated by its parent"))
-            await tree.finished(child)
-            await tree.writer.settled()
+        # The child and whatever of its subtree runs here (its own children running on their
+        # own outlive its turn) stop and record their ends; the store ends the rest.
+        subtree = [child, *await descendants(tree.store, child)]
+        running: list[str] = []
+        for session_id in subtree:
+            run: Run | None = tree.find(session_id)
+            if run is not None:
+                run.stop(Stop("terminated", TERMINATED))
+                running.append(session_id)
+        for session_id in running:
+            await tree.finished(session_id)
+        await tree.writer.settled()
         record = await stored(tree.store, child)
         now = now_ms()
         latest = persistent_refs(await tree.store.get_sub_session_refs(self.owner.session_id))
@@ -302,7 +312,7 @@ class Companion:
             batch.updated_sessions.append(
                 record.evolve(status="terminated", output=None, updated_at=now)
             )
-            gone = Outcome("terminated", error="Terminated by its parent")
+            gone = Outcome("terminated", error=TERMINATED)
             await close_subtree(tree.store, tree.registry, record, gone, batch, now)
         await tree.writer.commit(batch)
         return CallResult(result={**_listed(ref), "status": "terminated"})

@@ -77,6 +77,8 @@ class Tree:
         self._runs: dict[str, SessionRun] = {}
         self._resumed: dict[str, Resumed] = {}
         self._watchers: dict[str, list[asyncio.Future[None]]] = {}
+        self._interrupted = False
+        """Whether a session other than the root ended interrupted since the tree last ended."""
         self._tops = 0
         """Runs of the tree started on their own here (the root's, say), not yet done."""
         self._lease_until = 0.0
@@ -144,10 +146,18 @@ class Tree:
         session here: the stream's status (the root's) and the lease given up. Whether it did."""
         if run.session_id == self.root_id:
             self.root_status = outcome.status
+        elif outcome.status == "interrupted":
+            self._interrupted = True
         runs = self._runs
         if len(runs) > 1 or (runs and run.session_id not in runs):
             return False
-        batch.streams.append(StreamUpdate(self.root_id, self.root_status))
+        # A tree whose root's turn is over ends as its children running on their own do: an
+        # interrupted one leaves the stream interrupted, for a resume to finish it.
+        status = self.root_status
+        if self._interrupted and status == "completed":
+            status = "interrupted"
+        self._interrupted = False
+        batch.streams.append(StreamUpdate(self.root_id, status))
         batch.release = True
         return True
 
