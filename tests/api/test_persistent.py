@@ -237,3 +237,41 @@ def _nodes(view: dict[str, Any]) -> list[dict[str, Any]]:
     for child in view["children"]:
         found += _nodes(child)
     return found
+
+
+async def test_a_blocking_child_in_flight_when_its_parent_pauses_resumes_with_its_memory(
+    backend: str, tmp_path: Path
+) -> None:
+    """The coordinator spawns a slow blocking child and asks the client in the same step: it
+    pauses, the child is dropped (`parent_suspended`), and on resume the child runs again
+    from its checkpoint under the same name, its first message kept."""
+    calls = Calls()
+    ask = define_tool("ask_user", description="Ask the user.", input_schema=Findings)
+    step = [spawn("a", "slow topic", name="x"), ToolCall("ask_user", {"findings": "go?"}, id="q")]
+    parent = define_agent(
+        "coordinator",
+        tools=[ask],
+        persistent_agents=[PersistentAgent(researcher(calls, slow_on="slow"), mode="blocking")],
+        model=scripted(calls, [step, [named("list", "l")]], ModelResponse(text="done")),
+    )
+    async with serving(backend, tmp_path, parent) as client:
+        await start(client, "coordinator")
+        first = await read_stream(client, "p")
+        assert first.end == {"status": "paused_awaiting_client"}
+        dropped = await status(client, "p-agent-x")
+        answer = {"toolResults": [{"toolCallId": "q", "result": "yes"}]}
+        assert (await client.post("/resume/p", json=answer)).status_code == 200
+        rest = await read_stream(client, "p", params={"fromSequence": len(first.chunks)})
+        child = await status(client, "p-agent-x")
+        parent_status = await status(client, "p")
+    assert (dropped["status"], dropped["failureReason"]) == ("failed", "parent_suspended")
+    assert rest.end == {"status": "completed"}
+    assert (child["status"], child["output"]) == ("completed", {"findings": "slow topic"})
+    (ref,) = parent_status["subSessions"]
+    assert (ref["name"], ref["mode"], ref["status"]) == ("x", "persistent", "completed")
+    whole = first.chunks + rest.chunks
+    check_invariants(whole)
+    check_tool_calls(whole, "completed")
+    # The child's model call, if the pause cut it short, was made again; no other call was.
+    assert calls["model p-agent-x 0"] in (1, 2)
+    assert calls["model p 0"] == calls["model p 1"] == calls["model p 2"] == 1
