@@ -16,8 +16,9 @@ from typing import Any, Literal
 
 from app.agents import AgentConfig, AgentRegistry, RemoteAgentTransport, Tool
 from app.errors import InvalidRequestError, RemoteAgentError
-from app.protocol import Message, ToolCall, ToolMessage
+from app.protocol import Message, SessionStatus, ToolCall, ToolMessage
 from app.protocol.api import PendingCall
+from app.runtime.background import background_children
 from app.runtime.dispatch import delegations
 from app.runtime.inputs import REJECTED, Answers
 from app.runtime.local import stored
@@ -27,6 +28,8 @@ from app.runtime.session import Resumed
 from app.store import SessionRecord, StateStore
 
 logger = logging.getLogger(__name__)
+
+PAUSED: frozenset[SessionStatus] = frozenset({"paused_awaiting_client"})
 
 REMOTE_STATUS_TIMEOUT = 5.0
 """Seconds given to a remote server to say what its paused child waits for."""
@@ -61,11 +64,16 @@ async def paused_tree(
     *,
     strict: bool = False,
 ) -> PausedTree:
-    """Every call of the paused tree under `root` that waits for the client, in tree order.
-    A remote server that does not answer in time is left out, unless `strict` (resuming needs
-    all of them), when it is a `RemoteAgentError`."""
+    """Every call of the paused tree under `root` that waits for the client, in tree order
+    (for a root, also under its children that run on its own and paused, its turn over or not).
+        A remote server that does not answer in time is left out, unless `strict` (resuming needs
+        all of them), when it is a `RemoteAgentError`."""
     found = PausedTree()
     sessions = [root]
+    if root.is_root:
+        # Children running on their own pause apart from their parents' calls.
+        alone = await background_children(store, registry, root.stream_id, PAUSED)
+        sessions += [child.record for child in alone]
     while sessions:
         session = sessions.pop(0)
         if session.status != "paused_awaiting_client":

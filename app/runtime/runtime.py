@@ -41,7 +41,7 @@ from app.runtime.emitter import StreamWriter
 from app.runtime.handle import RunHandle
 from app.runtime.inputs import Answers
 from app.runtime.outcome import Outcome, Stop
-from app.runtime.pending import AnswerPlan, paused_tree, plan_answers
+from app.runtime.pending import PAUSED, AnswerPlan, paused_tree, plan_answers
 from app.runtime.reader import StreamFollower
 from app.runtime.starting import SessionPlan, Started, existing_session, plan_session, resumption
 from app.runtime.status_tree import session_tree
@@ -58,6 +58,10 @@ from app.store import (
 )
 
 logger = logging.getLogger(__name__)
+
+
+RESTARTED: frozenset[SessionStatus] = frozenset({"interrupted"})
+"""The ends of children running on their own that a resume without answers restarts."""
 
 
 class AgentRuntime:
@@ -341,20 +345,19 @@ class AgentRuntime:
         if here is not None:
             return await self._new_turn(here, record, message, answers)
         messages = await self.store.load_messages(session_id)
-        # Without a message, a resume also restarts the background children an interrupt
-        # stopped (all there is to resume, when the root itself has finished).
+        # Without a message, a resume also restarts the children running on their own that an
+        # interrupt stopped, or that paused and are answered now (all there is to resume, when
+        # the root's turn is over).
         stopped: list[Background] = []
         if message is None:
-            stopped = await background_children(
-                self.store, self.registry, session_id, frozenset({"interrupted"})
-            )
-        finished = record.status in ("completed", "failed", "terminated")
-        root = not (stopped and finished and answers.empty)
+            ends = RESTARTED if answers.empty else RESTARTED | PAUSED
+            stopped = await background_children(self.store, self.registry, session_id, ends)
+        root = not (stopped and record.status in ("completed", "failed", "terminated"))
         new_messages: list[Message] = []
         plan = AnswerPlan()
         if root:
             record, new_messages = resumption(record, message, answers)
-        if record.status == "paused_awaiting_client":
+        if record.status == "paused_awaiting_client" or not answers.empty:
             paused = await paused_tree(self.store, self.registry, record, strict=True)
             plan = plan_answers(paused, answers, session_id)
         claimed_at = monotonic()
@@ -449,11 +452,14 @@ class AgentRuntime:
         record = await self.store.get_session(session_id)
         refs = await self.store.get_sub_session_refs(session_id)
         try:
-            last_sequence = (await self.store.get_stream(record.stream_id)).last_sequence
+            stream = await self.store.get_stream(record.stream_id)
+            last_sequence, stream_status = stream.last_sequence, stream.status
         except StreamNotFoundError:
-            last_sequence = 0
+            last_sequence, stream_status = 0, record.status
         pending: list[PendingCall] = []
-        if record.status == "paused_awaiting_client":
+        if record.status == "paused_awaiting_client" or (
+            record.is_root and stream_status == "paused_awaiting_client"
+        ):
             paused = await paused_tree(self.store, self.registry, record)
             pending = [entry.pending for entry in paused.waiting]
         return SessionStatusView(

@@ -57,6 +57,11 @@ class TreeHost(Protocol):
         """A run of the tree started in a task of its own: the runtime waits for it on close."""
 
 
+LEFT_FOR_A_RESUME: tuple[SessionStatus, ...] = ("paused_awaiting_client", "interrupted")
+"""The ends of a child running on its own that leave its tree's stream so once the root's turn
+has completed, in order of precedence."""
+
+
 class Tree:
     """One root's stream as this process runs it (see the module docstring)."""
 
@@ -77,8 +82,9 @@ class Tree:
         self._runs: dict[str, SessionRun] = {}
         self._resumed: dict[str, Resumed] = {}
         self._watchers: dict[str, list[asyncio.Future[None]]] = {}
-        self._interrupted = False
-        """Whether a session other than the root ended interrupted since the tree last ended."""
+        self._left: SessionStatus | None = None
+        """How a session other than the root ended that a resume must finish (one of
+        `LEFT_FOR_A_RESUME`, the first there if several), since the tree last ended."""
         self._tops = 0
         """Runs of the tree started on their own here (the root's, say), not yet done."""
         self._lease_until = 0.0
@@ -146,17 +152,20 @@ class Tree:
         session here: the stream's status (the root's) and the lease given up. Whether it did."""
         if run.session_id == self.root_id:
             self.root_status = outcome.status
-        elif outcome.status == "interrupted":
-            self._interrupted = True
+        elif outcome.status in LEFT_FOR_A_RESUME and (
+            self._left is None
+            or LEFT_FOR_A_RESUME.index(outcome.status) < LEFT_FOR_A_RESUME.index(self._left)
+        ):
+            self._left = outcome.status
         runs = self._runs
         if len(runs) > 1 or (runs and run.session_id not in runs):
             return False
-        # A tree whose root's turn is over ends as its children running on their own do: an
-        # interrupted one leaves the stream interrupted, for a resume to finish it.
+        # A tree whose root's turn is over ends as its children running on their own do: one
+        # paused for the client or interrupted leaves the stream so, for a resume to finish it.
         status = self.root_status
-        if self._interrupted and status == "completed":
-            status = "interrupted"
-        self._interrupted = False
+        if self._left is not None and status == "completed":
+            status = self._left
+        self._left = None
         batch.streams.append(StreamUpdate(self.root_id, status))
         batch.release = True
         return True

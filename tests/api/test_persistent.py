@@ -275,3 +275,38 @@ async def test_a_blocking_child_in_flight_when_its_parent_pauses_resumes_with_it
     # The child's model call, if the pause cut it short, was made again; no other call was.
     assert calls["model p-agent-x 0"] in (1, 2)
     assert calls["model p 0"] == calls["model p 1"] == calls["model p 2"] == 1
+
+
+async def test_a_child_on_its_own_that_asks_the_client_is_answered_through_the_root(
+    backend: str, tmp_path: Path
+) -> None:
+    """The coordinator's turn is over when its non-blocking child asks the client: the stream
+    ends paused, the root's `/status` lists the call, and the root's `/resume` answers it."""
+    calls = Calls()
+    steps = [[spawn("a", "solar", name="sun")]]
+    parent = coordinator(calls, asker(calls), steps, mode="non-blocking")
+    async with serving(backend, tmp_path, parent) as client:
+        await start(client, "coordinator")
+        first = await read_stream(client, "p")
+        assert first.end == {"status": "paused_awaiting_client"}
+        paused = await status(client, "p")
+        assert paused["status"] == "completed"
+        assert [(c["sessionId"], c["toolCallId"]) for c in paused["pendingCalls"]] == [
+            ("p-agent-sun", "q")
+        ]
+        answer = {"toolResults": [{"sessionId": "p-agent-sun", "toolCallId": "q", "result": "yes"}]}
+        resumed = await client.post("/resume/p", json=answer)
+        assert resumed.status_code == 200, resumed.text
+        assert resumed.json()["sessionId"] == "p-agent-sun"
+        rest = await read_stream(client, "p", params={"fromSequence": len(first.chunks)})
+        assert rest.end == {"status": "completed"}
+        assert (await status(client, "p"))["pendingCalls"] == []
+        told = await client.post("/resume/p", json={"message": "and?"})
+        assert told.status_code == 200, told.text
+        report = await until(client, "p", "completed")
+    (notice,) = answers(report["output"])["notice"]
+    assert '"solar: yes"' in notice
+    whole = first.chunks + rest.chunks
+    check_invariants(whole)
+    check_tool_calls(whole, "completed")
+    assert set(calls.values()) == {1}
