@@ -26,6 +26,7 @@ run at once in one `AgentRuntime` (in process, no HTTP) over a fresh store of `-
 One JSON line per run: `wall_ms_per_tree` (the burst's wall / trees), `p50_ms` and `p99_ms`
 (each tree's latency from `execute` to its last result), `cpu_ms_per_tree` (this process's
 CPU time, user + system, over the burst / trees; the database server's is not counted),
+`runq_ms_per_tree` (the time its threads waited for a CPU: the machine's load, not the code),
 `writes_per_tree` (batches submitted to the store) and `rows_per_tree` (sessions, messages,
 refs, chunk appends, stream updates and inbox entries in them), and on SQL stores
 `txns_per_tree` (group commits). A warm-up of 1 then 5 trees precedes the burst; the
@@ -44,6 +45,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 from collections import Counter, defaultdict
@@ -69,7 +71,7 @@ from app.models import (
 from app.protocol import STOPPED_STATUSES, SystemMessage, ToolMessage, UserMessage
 from app.serve import settle_collector
 from app.store import StateStore, WriteBatch, create_store
-from bench.support import noise, percentile, run_rounds, temporary_store, versions
+from bench.support import noise, percentile, run_rounds, runqueue_wait, temporary_store, versions
 
 VARIANTS = ("ephemeral", "blocking", "background", "continue")
 CHILDREN = 3
@@ -244,11 +246,11 @@ async def measure(variant: str, trees: int, latency_ms: float, store_kind: str) 
             await asyncio.gather(*(run_tree(runtime, variant) for _ in range(5)))
             before = COUNTS.copy()
             groups = getattr(store, "commit_groups", None)
-            cpu0 = time.process_time()
+            cpu, runq = time.process_time(), runqueue_wait(os.getpid())
             t0 = time.perf_counter()
             timed = await asyncio.gather(*(run_tree(runtime, variant) for _ in range(trees)))
             wall = time.perf_counter() - t0
-            cpu = time.process_time() - cpu0
+            cpu, runq = time.process_time() - cpu, runqueue_wait(os.getpid()) - runq
             groups = None if groups is None else store.commit_groups - groups  # type: ignore[attr-defined]
     delta = {key: COUNTS[key] - before[key] for key in COUNTS}
     parent_calls = {"ephemeral": 2, "blocking": 2, "background": 3, "continue": 3}[variant]
@@ -267,6 +269,7 @@ async def measure(variant: str, trees: int, latency_ms: float, store_kind: str) 
         "p50_ms": round(percentile(ms, 50), 1),
         "p99_ms": round(percentile(ms, 99), 1),
         "cpu_ms_per_tree": round(cpu * 1000 / trees, 3),
+        "runq_ms_per_tree": round(runq * 1000 / trees, 3),
         "writes_per_tree": round(delta.get("writes", 0) / trees, 2),
         "rows_per_tree": round(delta.get("rows", 0) / trees, 2),
         "txns_per_tree": None if groups is None else round(groups / trees, 2),
@@ -300,8 +303,8 @@ def main() -> None:
         for store in args.stores.split(",")
         for variant in VARIANTS
     ]
-    keys = ["wall_ms_per_tree", "p50_ms", "cpu_ms_per_tree", "writes_per_tree", "txns_per_tree"]
-    keys.append("turn2_p50_ms")
+    keys = ["wall_ms_per_tree", "p50_ms", "cpu_ms_per_tree", "runq_ms_per_tree"]
+    keys += ["writes_per_tree", "txns_per_tree", "turn2_p50_ms"]
     run_rounds(__file__, configs, args.rounds, keys)
 
 
