@@ -28,7 +28,8 @@ One JSON line per run: `wall_ms_per_tree` (the burst's wall / trees), `p50_ms` a
 CPU time, user + system, over the burst / trees; the database server's is not counted),
 `runq_ms_per_tree` (the time its threads waited for a CPU: the machine's load, not the code),
 `writes_per_tree` (batches submitted to the store) and `rows_per_tree` (sessions, messages,
-refs, chunk appends, stream updates and inbox entries in them), and on SQL stores
+refs, chunk appends, stream updates and inbox entries in them), `reads_per_tree` (the
+runtime's reads of sessions, conversations, refs and inboxes), and on SQL stores
 `txns_per_tree` (group commits). A warm-up of 1 then 5 trees precedes the burst; the
 collector is settled as the server does. `--all` reruns each variant x store as a fresh
 process, interleaved, `--rounds` times, and prints medians (min..max).
@@ -58,7 +59,6 @@ from pydantic import BaseModel
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app import AgentRegistry, AgentRuntime, PersistentAgent, create_sub_agent_tool, define_agent
-from app.agents import AgentConfig
 from app.models import (
     Model,
     ModelEvent,
@@ -96,18 +96,18 @@ class ScriptedModel(Model):
         self,
         decide: Callable[[ModelRequest], ModelResponse],
         latency: float,
-        gate: Callable[[str], asyncio.Event] | None = None,
+        gated: bool = False,
     ) -> None:
         self.decide = decide
         self.latency = latency
-        self.gate = gate
+        self.gated = gated
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         response = self.decide(request)
         if self.latency:
             await asyncio.sleep(self.latency)
-        if self.gate is not None:  # a background child: not before its parent's second call
-            await self.gate(request.session_id.partition("-agent-")[0]).wait()
+        if self.gated:  # a background child: not before its parent's second call
+            await GATES[request.session_id.partition("-agent-")[0]].wait()
         if response.text:
             yield TextDelta(response.text)
         for call in response.tool_calls:
@@ -160,9 +160,7 @@ def build_registry(variant: str, latency: float) -> AgentRegistry:
         "child",
         description="Does one subtask.",
         output_schema=ChildOutput,
-        model=ScriptedModel(
-            child_model, latency, GATES.__getitem__ if variant == "background" else None
-        ),
+        model=ScriptedModel(child_model, latency, gated=variant == "background"),
     )
     options: dict[str, Any] = {}
     if variant == "ephemeral":
@@ -172,9 +170,7 @@ def build_registry(variant: str, latency: float) -> AgentRegistry:
         options["persistent_agents"] = [
             PersistentAgent(child, mode="blocking" if blocking else "non-blocking")
         ]
-    parent: AgentConfig = define_agent(
-        "parent", model=ScriptedModel(parent_model(variant), latency), **options
-    )
+    parent = define_agent("parent", model=ScriptedModel(parent_model(variant), latency), **options)
     return AgentRegistry([parent])
 
 
@@ -214,25 +210,30 @@ async def run_tree(runtime: AgentRuntime, variant: str) -> tuple[float, float]:
     return time.perf_counter() - t0, 0.0
 
 
-def count_writes(store: StateStore) -> None:
-    """Count the batches submitted to the store, and their rows, in COUNTS."""
+READS = ("get_session", "load_messages", "get_sub_session_refs", "read_inbox", "read_messages")
+ROWS = ("new_sessions", "updated_sessions", "messages", "refs", "chunks", "streams", "inbox")
+"""The fields of a batch counted as rows (with `inbox_taken`)."""
+
+
+def count_io(store: StateStore) -> None:
+    """Count in COUNTS the batches submitted to the store, their rows, and the runtime's reads."""
     submit = store.submit
 
     def counted(batch: WriteBatch, *, hold: bool = False) -> asyncio.Future[None]:
         COUNTS["writes"] += 1
-        COUNTS["rows"] += (
-            len(batch.new_sessions)
-            + len(batch.updated_sessions)
-            + len(batch.messages)
-            + len(batch.refs)
-            + len(batch.chunks)
-            + len(batch.streams)
-            + len(batch.inbox)
-            + len(batch.inbox_taken)
-        )
+        COUNTS["rows"] += sum(len(getattr(batch, name)) for name in ROWS) + len(batch.inbox_taken)
         return submit(batch, hold=hold)
 
+    def reader(read: Callable[..., Any]) -> Callable[..., Any]:
+        def counted_read(*args: Any, **kwargs: Any) -> Any:
+            COUNTS["reads"] += 1
+            return read(*args, **kwargs)
+
+        return counted_read
+
     store.submit = counted  # type: ignore[method-assign]
+    for name in READS:
+        setattr(store, name, reader(getattr(store, name)))
 
 
 async def measure(variant: str, trees: int, latency_ms: float, store_kind: str) -> dict[str, Any]:
@@ -241,7 +242,7 @@ async def measure(variant: str, trees: int, latency_ms: float, store_kind: str) 
         store = create_store(url)
         async with store, AgentRuntime(registry, store=store, takeover_interval=None) as runtime:
             settle_collector()
-            count_writes(store)
+            count_io(store)
             await run_tree(runtime, variant)
             await asyncio.gather(*(run_tree(runtime, variant) for _ in range(5)))
             before = COUNTS.copy()
@@ -259,6 +260,7 @@ async def measure(variant: str, trees: int, latency_ms: float, store_kind: str) 
     assert delta.get("model_child") == child_calls * trees, delta
     ms = [total * 1000 for total, _ in timed]
     background = variant == "background"
+    turn2 = round(percentile([t * 1000 for _, t in timed], 50), 1) if background else None
     return {
         "variant": variant,
         "store": store_kind,
@@ -272,10 +274,9 @@ async def measure(variant: str, trees: int, latency_ms: float, store_kind: str) 
         "runq_ms_per_tree": round(runq * 1000 / trees, 3),
         "writes_per_tree": round(delta.get("writes", 0) / trees, 2),
         "rows_per_tree": round(delta.get("rows", 0) / trees, 2),
+        "reads_per_tree": round(delta.get("reads", 0) / trees, 2),
         "txns_per_tree": None if groups is None else round(groups / trees, 2),
-        "turn2_p50_ms": round(percentile([t * 1000 for _, t in timed], 50), 1)
-        if background
-        else None,
+        "turn2_p50_ms": turn2,
         "notices_turn2": delta.get("notices_turn2", 0) / trees if background else None,
         **noise(),
         **versions(),
@@ -293,9 +294,8 @@ def main() -> None:
     parser.add_argument("--stores", default="memory,sqlite,postgres")
     args = parser.parse_args()
     if not args.all:
-        print(
-            json.dumps(asyncio.run(measure(args.variant, args.trees, args.latency_ms, args.store)))
-        )
+        row = asyncio.run(measure(args.variant, args.trees, args.latency_ms, args.store))
+        print(json.dumps(row))
         return
     common = ["--trees", str(args.trees), "--latency-ms", str(args.latency_ms)]
     configs = [
@@ -304,7 +304,7 @@ def main() -> None:
         for variant in VARIANTS
     ]
     keys = ["wall_ms_per_tree", "p50_ms", "cpu_ms_per_tree", "runq_ms_per_tree"]
-    keys += ["writes_per_tree", "txns_per_tree", "turn2_p50_ms"]
+    keys += ["writes_per_tree", "reads_per_tree", "txns_per_tree", "turn2_p50_ms"]
     run_rounds(__file__, configs, args.rounds, keys)
 
 
