@@ -29,6 +29,7 @@ from app.demo.names import (
     TOPICS,
     subagent_tool,
 )
+from app.demo.research_brains import RESEARCH_BRAINS
 from app.demo.schemas import (
     MAX_TEXT_CHARS,
     KeySentences,
@@ -39,6 +40,7 @@ from app.demo.schemas import (
     TextStats,
     Topics,
 )
+from app.demo.trip_brains import TRIP_BRAINS
 from app.demo.turns import (
     Brain,
     SchemaT,
@@ -257,5 +259,8 @@ BRAINS: Mapping[str, Brain] = {
     SENTIMENT: sentiment_brain,
     TOPICS: topics_brain,
     KEYWORDS: keywords_brain,
+    **TRIP_BRAINS,
+    **RESEARCH_BRAINS,
 }
-"""Each demo agent's brain, by agent name."""
+"""Each demo agent's brain, by agent name: the text tree's above, the trips and research
+trees' from their modules."""
