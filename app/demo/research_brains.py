@@ -207,11 +207,12 @@ def _wrap_up(dismiss: bool, done: list[list[Made]], messages: Sequence[Message])
                 text="We are done: I'll let them go.",
                 tool_calls=[ToolCall(TERMINATE, {"name": name}) for name in alive],
             )
-    lines = ["My children:"]
-    lines += [f"- {c['name']} ({c['agentType']}): {c['status']}" for c in children]
     if done[1:]:
         gone = [made.argument("name") for made in done[1] if made.answer and not made.answer.error]
-        lines.append(f"Terminated: {', '.join(gone)}.")
+        lines = [f"We are done: I terminated {', '.join(gone)}."]
+    else:
+        lines = ["My children:"]
+        lines += [f"- {c['name']} ({c['agentType']}): {c['status']}" for c in children]
     lines += [_digest_line(name, digest) for name, digest in digests(messages)]
     return ModelResponse(text="\n".join(lines))
 
