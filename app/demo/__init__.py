@@ -2,7 +2,9 @@
 
 `registry` (the server's default `AGENT_MODULE`, `app.demo:registry`) holds a coordinator,
 `text-analyst`, that hands a text to three specialists in parallel (`text-stats`, `sentiment`,
-and `topics`, which delegates to `keywords` in turn) and reports what they found. The tools do
+and `topics`, which delegates to `keywords` in turn) and reports what they found; `trip-planner`,
+whose `book` tool, two levels down, waits for a person's approval; and `research-lead`, which
+keeps persistent `researcher` children through the companion tools. The tools do
 the analysis for real, in plain Python. With `MODEL_NAME` (and `MODEL_BASE_URL`,
 `MODEL_API_KEY`) set, a real model drives every agent; otherwise deterministic brains do, each
 response taking `DEMO_LATENCY` seconds (0.4 by default) so the stream can be watched live:

@@ -1,10 +1,18 @@
-"""The demo's agent tree, wired to a real model when one is configured, else to the brains.
+"""The demo's agent trees, wired to a real model when one is configured, else to the brains.
 
 text-analyst              coordinator: delegates in parallel, writes a short text report
 ├── text-stats            count_text (async) + readability (sync)  -> TextStats
 ├── sentiment             score_sentiment                          -> SentimentScore
 └── topics                keywords sub-agent, then key_sentences   -> Topics
     └── keywords          extract_keywords                         -> Keywords
+
+trip-planner              plans a stay, reports the booking
+└── itinerary             find_hotels, then the booker sub-agent   -> TripPlan
+    └── booker            book (requires approval)                 -> Booking
+
+research-lead             persistent children through the companion tools
+├── researcher            persistent, blocking: lookup_topic       -> Findings
+└── topics                persistent, non-blocking (as above)      -> Topics
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from pydantic import BaseModel
 from app.agents import (
     AgentConfig,
     AgentRegistry,
+    PersistentAgent,
     SubAgentTool,
     Tool,
     create_sub_agent_tool,
@@ -24,9 +33,31 @@ from app.agents import (
 )
 from app.demo import tools
 from app.demo.brains import BRAINS
-from app.demo.names import COORDINATOR, KEYWORDS, SENTIMENT, TEXT_STATS, TOPICS
+from app.demo.names import (
+    BOOKER,
+    COORDINATOR,
+    ITINERARY,
+    KEYWORDS,
+    RESEARCH_LEAD,
+    RESEARCHER,
+    SENTIMENT,
+    TEXT_STATS,
+    TOPICS,
+    TRIP_PLANNER,
+)
 from app.demo.prompts import PROMPTS
-from app.demo.schemas import Keywords, SentimentScore, TextInput, TextStats, Topics
+from app.demo.schemas import (
+    Booking,
+    BookingRequest,
+    Findings,
+    Keywords,
+    SentimentScore,
+    TextInput,
+    TextStats,
+    Topics,
+    TripPlan,
+    TripRequest,
+)
 from app.errors import DefinitionError
 from app.models import FunctionModel, Model
 from app.models.openai import openai_model_from_env
@@ -42,6 +73,10 @@ SPECIALIST_MAX_STEPS = 6
 
 COORDINATOR_MAX_STEPS = 6
 """Delegate, report, and room for a real model that delegates one call at a time."""
+
+RESEARCH_LEAD_MAX_STEPS = 10
+"""Per turn: spawn, follow up, report (the brain needs 3), and room for a real model that
+spawns one child at a time or looks at them between steps."""
 
 CHILD_TIMEOUT = 300.0
 """Seconds a child run may take, so a stuck real model cannot hold the coordinator forever."""
@@ -65,6 +100,7 @@ def build_registry(
         *,
         output_schema: type[BaseModel] | None = None,
         max_steps: int = SPECIALIST_MAX_STEPS,
+        persistent_agents: Sequence[PersistentAgent] = (),
     ) -> AgentConfig:
         return define_agent(
             name,
@@ -74,6 +110,7 @@ def build_registry(
             output_schema=output_schema,
             model=model_for(name),
             max_steps=max_steps,
+            persistent_agents=persistent_agents,
         )
 
     keywords = agent(
@@ -125,7 +162,72 @@ def build_registry(
         ],
         max_steps=COORDINATOR_MAX_STEPS,
     )
-    return AgentRegistry([coordinator])
+
+    booker = agent(
+        BOOKER,
+        "Books the hotel it is given for the nights asked; every booking waits for a person's "
+        "approval.",
+        [tools.book],
+        output_schema=Booking,
+    )
+    itinerary = agent(
+        ITINERARY,
+        "Plans a stay: finds the city's best rated hotel and has the booker book it.",
+        [
+            tools.find_hotels,
+            create_sub_agent_tool(
+                booker,
+                BookingRequest,
+                description="Have the booker book this hotel (a person approves it first).",
+                timeout=CHILD_TIMEOUT,
+            ),
+        ],
+        output_schema=TripPlan,
+    )
+    trip_planner = agent(
+        TRIP_PLANNER,
+        "Plans a stay in a city and books its hotel once you approve, two levels down: send "
+        'e.g. "Plan a trip: 3 nights in Lisbon".',
+        [
+            create_sub_agent_tool(
+                itinerary,
+                TripRequest,
+                description="Have the itinerary agent pick a hotel for the stay and book it.",
+                timeout=CHILD_TIMEOUT,
+            )
+        ],
+        max_steps=COORDINATOR_MAX_STEPS,
+    )
+
+    researcher = agent(
+        RESEARCHER,
+        "Looks a topic up in the built-in library and remembers what it reported.",
+        [tools.lookup_topic],
+        output_schema=Findings,
+    )
+    research_lead = agent(
+        RESEARCH_LEAD,
+        "Leads persistent researchers: spawns one per topic, asks one a follow-up, has the "
+        'facts digested in the background. Send e.g. "Research: solar power and wind power", '
+        'then later "What are they doing?" or "Thanks, we are done".',
+        [],
+        max_steps=RESEARCH_LEAD_MAX_STEPS,
+        persistent_agents=[
+            PersistentAgent(
+                researcher,
+                mode="blocking",
+                description="Looks its topic up in the library; spawn it again by name to "
+                "ask a follow-up: it remembers what it told you.",
+            ),
+            PersistentAgent(
+                topics,
+                mode="non-blocking",
+                description="Digests a text in the background (its topics and the sentence "
+                "that sums it up); you hear of its end in a notice.",
+            ),
+        ],
+    )
+    return AgentRegistry([coordinator, trip_planner, research_lead])
 
 
 def latency_from_env(environ: Mapping[str, str]) -> float:

@@ -10,12 +10,10 @@ stream looks the same whichever drives the agents.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
-from typing import TypeVar
+from collections.abc import Mapping
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
-from app.agents import FINISH_TOOL_NAME
 from app.demo.analysis import words
 from app.demo.names import (
     COORDINATOR,
@@ -31,6 +29,7 @@ from app.demo.names import (
     TOPICS,
     subagent_tool,
 )
+from app.demo.research_brains import RESEARCH_BRAINS
 from app.demo.schemas import (
     MAX_TEXT_CHARS,
     KeySentences,
@@ -41,14 +40,18 @@ from app.demo.schemas import (
     TextStats,
     Topics,
 )
-from app.errors import RunError
+from app.demo.trip_brains import TRIP_BRAINS
+from app.demo.turns import (
+    Brain,
+    SchemaT,
+    current_turn,
+    finish,
+    result,
+    task_text,
+    tool_results,
+)
 from app.models import ModelRequest, ModelResponse, ToolCall
-from app.protocol import Message, ToolMessage, UserMessage
-
-Brain = Callable[[ModelRequest], ModelResponse]
-"""A deterministic model function: the conversation in, the next response out."""
-
-SchemaT = TypeVar("SchemaT", bound=BaseModel)
+from app.protocol import ToolMessage, UserMessage
 
 MIN_WORDS = 3
 """Fewer words than this is not a text to analyse (a greeting, "help", an empty message)."""
@@ -93,48 +96,14 @@ def text_to_analyse(message: str) -> str | None:
     return text
 
 
-def _current_turn(messages: Sequence[Message]) -> Sequence[Message]:
-    """The messages from the latest user message on (a resumed session starts a new turn)."""
-    for index in range(len(messages) - 1, -1, -1):
-        if isinstance(messages[index], UserMessage):
-            return messages[index:]
-    return ()
-
-
-def _tool_results(messages: Sequence[Message]) -> dict[str, ToolMessage]:
-    """The latest result of each tool called, by tool name."""
-    return {message.tool_name: message for message in messages if isinstance(message, ToolMessage)}
-
-
-def _task_text(request: ModelRequest) -> str:
-    """A specialist's task: its first user message (the `text` its parent sent)."""
-    first = next((m for m in request.messages if isinstance(m, UserMessage)), None)
-    return first.content if first is not None else ""
-
-
-def _result(results: Mapping[str, ToolMessage], tool: str, schema: type[SchemaT]) -> SchemaT:
-    """A tool's result as `schema`; a failed tool fails the agent with the tool's error, since a
-    deterministic brain cannot rephrase its call the way a real model would."""
-    message = results[tool]
-    if message.error is not None:
-        raise RunError(f"{tool} failed: {message.error}")
-    return schema.model_validate(message.result)
-
-
-def _finish(text: str, output: BaseModel) -> ModelResponse:
-    return ModelResponse(
-        text=text, tool_calls=[ToolCall(FINISH_TOOL_NAME, output.model_dump(mode="json"))]
-    )
-
-
 # -- the coordinator -------------------------------------------------------------------------------
 
 
 def coordinator_brain(request: ModelRequest) -> ModelResponse:
     """`text-analyst`: delegate the text to the three specialists at once, then report; or explain
     what to send when the message holds no text."""
-    turn = _current_turn(request.messages)
-    results = _tool_results(turn)
+    turn = current_turn(request.messages)
+    results = tool_results(turn)
     if results:
         return ModelResponse(text=write_report(results))
     message = turn[0].content if turn and isinstance(turn[0], UserMessage) else ""
@@ -211,9 +180,9 @@ def write_report(results: Mapping[str, ToolMessage]) -> str:
 
 def text_stats_brain(request: ModelRequest) -> ModelResponse:
     """`text-stats`: call `count_text` and `readability` together, then finish with both."""
-    results = _tool_results(request.messages)
+    results = tool_results(request.messages)
     if not results:
-        text = _task_text(request)
+        text = task_text(request)
         return ModelResponse(
             text="I'll count the words and sentences and score the readability, both at once.",
             tool_calls=[
@@ -221,9 +190,9 @@ def text_stats_brain(request: ModelRequest) -> ModelResponse:
                 ToolCall(READABILITY, {"text": text}),
             ],
         )
-    counts = _result(results, COUNT_TEXT, TextCounts)
-    scores = _result(results, READABILITY, Readability)
-    return _finish(
+    counts = result(results, COUNT_TEXT, TextCounts)
+    scores = result(results, READABILITY, Readability)
+    return finish(
         f"{counts.words} words with a reading ease of {scores.flesch_reading_ease:g}: "
         f"{scores.reading_level}.",
         TextStats(**counts.model_dump(), **scores.model_dump()),
@@ -232,28 +201,28 @@ def text_stats_brain(request: ModelRequest) -> ModelResponse:
 
 def sentiment_brain(request: ModelRequest) -> ModelResponse:
     """`sentiment`: call `score_sentiment`, then finish with its verdict."""
-    results = _tool_results(request.messages)
+    results = tool_results(request.messages)
     if not results:
         return ModelResponse(
             text="I'll score the tone with the sentiment lexicon.",
-            tool_calls=[ToolCall(SCORE_SENTIMENT, {"text": _task_text(request)})],
+            tool_calls=[ToolCall(SCORE_SENTIMENT, {"text": task_text(request)})],
         )
-    verdict = _result(results, SCORE_SENTIMENT, SentimentScore)
-    return _finish(f"The tone is {verdict.label} (score {verdict.score:g}).", verdict)
+    verdict = result(results, SCORE_SENTIMENT, SentimentScore)
+    return finish(f"The tone is {verdict.label} (score {verdict.score:g}).", verdict)
 
 
 def topics_brain(request: ModelRequest) -> ModelResponse:
     """`topics`: delegate to `keywords`, then pick the sentence that covers them best, then
     finish with the top three keywords as topics and that sentence as summary."""
-    results = _tool_results(request.messages)
-    text = _task_text(request)
+    results = tool_results(request.messages)
+    text = task_text(request)
     if not results:
         return ModelResponse(
             text="I'll have the keywords agent find the most frequent content words first.",
             tool_calls=[ToolCall(subagent_tool(KEYWORDS), {"text": text})],
         )
     found = [
-        keyword.word for keyword in _result(results, subagent_tool(KEYWORDS), Keywords).keywords
+        keyword.word for keyword in result(results, subagent_tool(KEYWORDS), Keywords).keywords
     ]
     if KEY_SENTENCES not in results:
         reason = (
@@ -266,22 +235,22 @@ def topics_brain(request: ModelRequest) -> ModelResponse:
             text=reason,
             tool_calls=[ToolCall(KEY_SENTENCES, {"text": text, "keywords": found, "limit": 1})],
         )
-    summary = " ".join(_result(results, KEY_SENTENCES, KeySentences).sentences)
-    return _finish(
+    summary = " ".join(result(results, KEY_SENTENCES, KeySentences).sentences)
+    return finish(
         "Done: the topics and a one-sentence summary.", Topics(topics=found[:3], summary=summary)
     )
 
 
 def keywords_brain(request: ModelRequest) -> ModelResponse:
     """`keywords`: call `extract_keywords` for the top five, then finish with them."""
-    results = _tool_results(request.messages)
+    results = tool_results(request.messages)
     if not results:
         return ModelResponse(
             text="I'll count the content words, leaving out stop words.",
-            tool_calls=[ToolCall(EXTRACT_KEYWORDS, {"text": _task_text(request), "top_n": 5})],
+            tool_calls=[ToolCall(EXTRACT_KEYWORDS, {"text": task_text(request), "top_n": 5})],
         )
-    found = _result(results, EXTRACT_KEYWORDS, Keywords)
-    return _finish(f"Found {_plural(len(found.keywords), 'keyword')}.", found)
+    found = result(results, EXTRACT_KEYWORDS, Keywords)
+    return finish(f"Found {_plural(len(found.keywords), 'keyword')}.", found)
 
 
 BRAINS: Mapping[str, Brain] = {
@@ -290,5 +259,8 @@ BRAINS: Mapping[str, Brain] = {
     SENTIMENT: sentiment_brain,
     TOPICS: topics_brain,
     KEYWORDS: keywords_brain,
+    **TRIP_BRAINS,
+    **RESEARCH_BRAINS,
 }
-"""Each demo agent's brain, by agent name."""
+"""Each demo agent's brain, by agent name: the text tree's above, the trips and research
+trees' from their modules."""

@@ -34,6 +34,27 @@ KEY_SENTENCES = "key_sentences"
 """Tool: the sentences that carry the most keywords."""
 
 
+TRIP_PLANNER = "trip-planner"
+"""The trips tree's root: plans a stay through `itinerary` and reports the booking."""
+ITINERARY = "itinerary"
+"""Second level: picks a hotel with `find_hotels`, then has `booker` book it."""
+BOOKER = "booker"
+"""Third level: books with `book`, which runs only once a person approves it."""
+
+FIND_HOTELS = "find_hotels"
+"""Tool: a city's hotels, with their prices and ratings."""
+BOOK = "book"
+"""Tool: book a hotel; it requires approval."""
+
+RESEARCH_LEAD = "research-lead"
+"""The research tree's root: manages persistent researchers with the companion tools."""
+RESEARCHER = "researcher"
+"""Persistent, blocking: looks a topic up in the built-in library and remembers what it told."""
+
+LOOKUP_TOPIC = "lookup_topic"
+"""Tool: the next facts the built-in library holds on a topic."""
+
+
 def subagent_tool(agent_name: str) -> str:
     """The name of the tool that delegates to `agent_name`."""
     return SUBAGENT_TOOL_PREFIX + agent_name

@@ -6,17 +6,27 @@ order of calls and the output, since small local models follow explicit steps be
 
 from __future__ import annotations
 
+from app.agents.companion import TOOL_NAMES
+from app.demo.catalogue import HOTELS, LIBRARY
 from app.demo.names import (
+    BOOK,
+    BOOKER,
     COORDINATOR,
     COUNT_TEXT,
     EXTRACT_KEYWORDS,
+    FIND_HOTELS,
+    ITINERARY,
     KEY_SENTENCES,
     KEYWORDS,
+    LOOKUP_TOPIC,
     READABILITY,
+    RESEARCH_LEAD,
+    RESEARCHER,
     SCORE_SENTIMENT,
     SENTIMENT,
     TEXT_STATS,
     TOPICS,
+    TRIP_PLANNER,
     subagent_tool,
 )
 
@@ -79,11 +89,79 @@ call __finish__ with its result unchanged.
 {_FINISH}
 """
 
+TRIP_PLANNER_PROMPT = f"""\
+You are {TRIP_PLANNER}. The user asks for a stay in a city ({", ".join(HOTELS)}).
+If the message names one of those cities, call {subagent_tool(ITINERARY)} with {{"city": <the \
+city>, "nights": <the number of nights asked for, 2 if none>}}. Do not choose or book a hotel \
+yourself.
+When its result arrives, answer in plain text in two lines: the city, nights and hotel (its \
+rating and price per night), then the booking's reference and total, or why it was not booked.
+If the message names no such city, call no tool: ask for a city from the list and a number of \
+nights, for example "Plan a trip: 3 nights in Lisbon".
+"""
+
+ITINERARY_PROMPT = f"""\
+You are {ITINERARY}. The user message is JSON: {{"city", "nights"}}.
+1. Call {FIND_HOTELS} with that city and nights.
+2. Take the first hotel it lists (the best rated) and call {subagent_tool(BOOKER)} with \
+{{"hotel": <its name, verbatim>, "city": <the city as {FIND_HOTELS} spelled it>, "nights"}}.
+3. Call __finish__ with "city", "nights", "hotel": the hotel as {FIND_HOTELS} returned it, and \
+"booking": the booker's result unchanged (if the booker failed: {{"booked": false, "hotel": \
+<its name>, "note": <the error>}}).
+{_FINISH}
+"""
+
+BOOKER_PROMPT = f"""\
+You are {BOOKER}. The user message is JSON: {{"hotel", "city", "nights"}}.
+Call {BOOK} with exactly those three fields (a person approves it first). If it returns a \
+booking, call __finish__ with "booked": true, "hotel", "confirmation" and "total" from it. If \
+it returns an error (the booking was refused, say), call __finish__ with "booked": false, \
+"hotel" and "note": the error.
+{_FINISH}
+"""
+
+RESEARCH_LEAD_PROMPT = f"""\
+You are {RESEARCH_LEAD}. You lead persistent {RESEARCHER} children, who look topics up in a \
+library ({", ".join(LIBRARY)}), and {TOPICS} children, who digest a text in the background.
+When the user asks you to research topics (at most three):
+1. In ONE response, call {TOOL_NAMES["spawn"]} once per topic with {{"agent": \
+"{RESEARCHER}", "initialMessage": <the topic>, "name": <the topic in lower case, words \
+joined by "-">}}. Each call's result is that researcher's findings.
+2. For the first researcher whose "remaining" is above 0, call {TOOL_NAMES["spawn"]} again \
+with the same "agent" and "name" and "initialMessage": "Anything more on <topic>?": it \
+remembers what it told you and tells the next facts. In the same response, call \
+{TOOL_NAMES["spawn"]} with {{"agent": "{TOPICS}", "initialMessage": <all the facts joined \
+with a space>}} and no name: it runs in the background.
+3. Answer in plain text: one line per researcher with its facts. A system message that says \
+a {TOPICS} child completed carries the digest: add its topics and summary if you have it; \
+otherwise say the digest will come later.
+When the user asks what your researchers are doing, call {TOOL_NAMES["list"]} and answer with \
+each child's name, type and status (use {TOOL_NAMES["status"]} {{"name"}} for one child's \
+output). To tell a running child something, use {TOOL_NAMES["send"]} {{"name", "message"}}; \
+to wait for one to finish, {TOOL_NAMES["wait"]} {{"name"}}. When the user says you are done, \
+call {TOOL_NAMES["list"]}, then {TOOL_NAMES["terminate"]} {{"name"}} for each child that is \
+not terminated yet, and say whom you let go, with any digest you heard of.
+Never invent facts: use only what your children returned.
+"""
+
+RESEARCHER_PROMPT = f"""\
+You are {RESEARCHER}. Your first user message is your topic; later messages ask for more.
+Call {LOOKUP_TOPIC} with {{"topic": <your topic, verbatim>, "offset": <how many facts you have \
+reported so far in this conversation, 0 the first time>, "limit": 2}}. Then call __finish__ \
+with "topic": your topic, and "found", "facts" and "remaining" as it returned them.
+{_FINISH}
+"""
+
 PROMPTS: dict[str, str] = {
     COORDINATOR: COORDINATOR_PROMPT,
     TEXT_STATS: TEXT_STATS_PROMPT,
     SENTIMENT: SENTIMENT_PROMPT,
     TOPICS: TOPICS_PROMPT,
     KEYWORDS: KEYWORDS_PROMPT,
+    TRIP_PLANNER: TRIP_PLANNER_PROMPT,
+    ITINERARY: ITINERARY_PROMPT,
+    BOOKER: BOOKER_PROMPT,
+    RESEARCH_LEAD: RESEARCH_LEAD_PROMPT,
+    RESEARCHER: RESEARCHER_PROMPT,
 }
 """Each demo agent's system prompt, by agent name."""

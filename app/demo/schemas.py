@@ -146,3 +146,97 @@ class Topics(BaseModel):
 
     topics: list[str] = Field(description="The main topics (the top keywords), at most 3.")
     summary: str = Field(description="The sentence(s) that best cover the topics, verbatim.")
+
+
+# -- trips -----------------------------------------------------------------------------------------
+
+MAX_NIGHTS = 14
+"""The longest stay the trips demo books."""
+
+
+class TripRequest(BaseModel):
+    """A stay to plan: the `itinerary` agent's input."""
+
+    city: str = Field(min_length=1, max_length=60, description="The city, e.g. Lisbon.")
+    nights: int = Field(ge=1, le=MAX_NIGHTS, description="How many nights.")
+
+
+class Hotel(BaseModel):
+    """One hotel of the catalogue."""
+
+    name: str = Field(description="The hotel's name.")
+    price_per_night: int = Field(description="Euros per night.")
+    rating: float = Field(description="Guests' rating, out of 5.")
+
+
+class Hotels(BaseModel):
+    """`find_hotels`' result."""
+
+    city: str = Field(description="The city as the catalogue spells it.")
+    hotels: list[Hotel] = Field(description="The city's hotels, best rated first.")
+
+
+class BookingRequest(BaseModel):
+    """A hotel to book: the input of `book` and of the `booker` agent."""
+
+    hotel: str = Field(min_length=1, max_length=100, description="The hotel's name, verbatim.")
+    city: str = Field(min_length=1, max_length=60, description="The hotel's city.")
+    nights: int = Field(ge=1, le=MAX_NIGHTS, description="How many nights.")
+
+
+class Confirmation(BaseModel):
+    """`book`'s result."""
+
+    confirmation: str = Field(description="The booking's reference.")
+    hotel: str = Field(description="The hotel booked.")
+    nights: int = Field(description="Nights booked.")
+    total: int = Field(description="Euros in all.")
+
+
+class Booking(BaseModel):
+    """The `booker` agent's output: booked, or why not."""
+
+    booked: bool = Field(description="Whether the hotel is booked.")
+    hotel: str = Field(description="The hotel.")
+    confirmation: str | None = Field(default=None, description="The reference, once booked.")
+    total: int | None = Field(default=None, description="Euros in all, once booked.")
+    note: str = Field(default="", description="Why it was not booked, if it was not.")
+
+
+class TripPlan(BaseModel):
+    """The `itinerary` agent's output: the hotel it chose and how its booking went."""
+
+    city: str = Field(description="The city.")
+    nights: int = Field(description="How many nights.")
+    hotel: Hotel = Field(description="The hotel chosen.")
+    booking: Booking = Field(description="The booking, or why there is none.")
+
+
+# -- research --------------------------------------------------------------------------------------
+
+
+class LookupInput(BaseModel):
+    """A topic to look up, and which of its facts to return."""
+
+    topic: str = Field(min_length=1, max_length=200, description="What to look up.")
+    offset: int = Field(
+        default=0, ge=0, le=100, description="How many of the topic's facts to skip."
+    )
+    limit: int = Field(default=2, ge=1, le=10, description="How many facts to return.")
+
+
+class Lookup(BaseModel):
+    """`lookup_topic`'s result."""
+
+    topic: str | None = Field(description="The library's topic that matched, or null.")
+    facts: list[str] = Field(description="The facts, in the library's order.")
+    remaining: int = Field(description="How many more facts the topic holds after these.")
+
+
+class Findings(BaseModel):
+    """A `researcher`'s output: what it found on its topic this time."""
+
+    topic: str = Field(description="The topic as it was asked.")
+    found: str | None = Field(description="The library's topic that matched, or null.")
+    facts: list[str] = Field(description="The facts found this time, verbatim.")
+    remaining: int = Field(description="How many more facts a follow-up would find.")

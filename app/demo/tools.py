@@ -5,17 +5,32 @@ from __future__ import annotations
 from typing import Any
 
 from app.agents import Tool, ToolContext, define_tool
-from app.demo import analysis
-from app.demo.names import COUNT_TEXT, EXTRACT_KEYWORDS, KEY_SENTENCES, READABILITY, SCORE_SENTIMENT
+from app.demo import analysis, catalogue
+from app.demo.names import (
+    BOOK,
+    COUNT_TEXT,
+    EXTRACT_KEYWORDS,
+    FIND_HOTELS,
+    KEY_SENTENCES,
+    LOOKUP_TOPIC,
+    READABILITY,
+    SCORE_SENTIMENT,
+)
 from app.demo.schemas import (
+    BookingRequest,
+    Confirmation,
+    Hotels,
     KeySentences,
     KeySentencesInput,
     Keywords,
     KeywordsInput,
+    Lookup,
+    LookupInput,
     Readability,
     SentimentScore,
     TextCounts,
     TextInput,
+    TripRequest,
 )
 
 
@@ -84,3 +99,48 @@ key_sentences: Tool = define_tool(
     execute=_key_sentences,
 )
 """Tool: `analysis.key_sentences`."""
+
+
+async def _find_hotels(input: TripRequest, ctx: ToolContext[Any]) -> Hotels:
+    found = catalogue.find_hotels(input.city)
+    if found is None:
+        cities = ", ".join(catalogue.HOTELS)
+        raise ValueError(f"No hotels in {input.city!r}: the catalogue has {cities}")
+    return found
+
+
+async def _book(input: BookingRequest, ctx: ToolContext[Any]) -> Confirmation:
+    return catalogue.book(input.hotel, input.city, input.nights)
+
+
+async def _lookup_topic(input: LookupInput, ctx: ToolContext[Any]) -> Lookup:
+    return catalogue.lookup(input.topic, input.offset, input.limit)
+
+
+find_hotels: Tool = define_tool(
+    FIND_HOTELS,
+    description="List a city's hotels with their price per night (euros) and rating (out of "
+    "5), best rated first. `nights` is the stay you plan.",
+    input_schema=TripRequest,
+    execute=_find_hotels,
+)
+"""Tool: `catalogue.find_hotels`."""
+
+book: Tool = define_tool(
+    BOOK,
+    description="Book a hotel for a number of nights; a person approves every booking first. "
+    "Returns the booking's reference and total.",
+    input_schema=BookingRequest,
+    execute=_book,
+    requires_approval=True,
+)
+"""Tool: `catalogue.book`, run only once approved."""
+
+lookup_topic: Tool = define_tool(
+    LOOKUP_TOPIC,
+    description="Look a topic up in the built-in library: the facts from `offset` on (skip "
+    "those you already reported), at most `limit`, and how many remain.",
+    input_schema=LookupInput,
+    execute=_lookup_topic,
+)
+"""Tool: `catalogue.lookup`."""

@@ -8,11 +8,19 @@ import re
 import pytest
 
 import app.demo
-from app.agents import AgentConfig, AgentRegistry, SubAgentTool
+from app.agents import AgentConfig, AgentRegistry, CompanionTool, SubAgentTool
 from app.agents.agent import AGENT_NAME_PATTERN
 from app.demo import DEFAULT_LATENCY, build_registry, latency_from_env, registry_from_env
 from app.demo.brains import BRAINS
-from app.demo.schemas import Keywords, SentimentScore, TextStats, Topics
+from app.demo.schemas import (
+    Booking,
+    Findings,
+    Keywords,
+    SentimentScore,
+    TextStats,
+    Topics,
+    TripPlan,
+)
 from app.errors import DefinitionError
 from app.models import FunctionModel, Model, ScriptedModel
 from app.models.openai import OpenAIChatModel
@@ -24,8 +32,23 @@ TREE = {
     "sentiment": (SentimentScore, ["score_sentiment"]),
     "topics": (Topics, ["subagent__keywords", "key_sentences"]),
     "keywords": (Keywords, ["extract_keywords"]),
+    "trip-planner": (None, ["subagent__itinerary"]),
+    "itinerary": (TripPlan, ["find_hotels", "subagent__booker"]),
+    "booker": (Booking, ["book"]),
+    "research-lead": (
+        None,
+        [
+            "companion__spawnAgent",
+            "companion__sendMessage",
+            "companion__listChildren",
+            "companion__getChildStatus",
+            "companion__waitForResult",
+            "companion__terminateChild",
+        ],
+    ),
+    "researcher": (Findings, ["lookup_topic"]),
 }
-"""Each agent's output schema and tools."""
+"""Each agent's output schema and tools, in the registry's order."""
 
 
 def test_the_module_attribute_is_a_registry_of_every_agent() -> None:
@@ -45,8 +68,25 @@ def test_every_agent_and_tool_is_described_and_well_named() -> None:
             assert tool.name in agent.system_prompt
             if isinstance(tool, SubAgentTool):
                 assert tool.agent is registry.get(tool.name.removeprefix("subagent__"))
+            if isinstance(tool, CompanionTool):
+                for entry in tool.agents:
+                    assert entry.agent is registry.get(entry.agent.name)
+                    assert entry.description
         if agent.output_schema is not None:
             assert "__finish__" in agent.system_prompt
+
+
+def test_book_waits_for_approval_and_the_lead_keeps_persistent_children() -> None:
+    registry = build_registry(latency=0)
+    (book,) = registry.get("booker").tools
+    assert getattr(book, "requires_approval", False)
+    lead = registry.get("research-lead")
+    assert [(entry.agent.name, entry.mode) for entry in lead.persistent_agents] == [
+        ("researcher", "blocking"),
+        ("topics", "non-blocking"),
+    ]
+    # The digest is the text tree's own topics agent, not a copy.
+    assert lead.persistent_agents[1].agent is registry.get("topics")
 
 
 def models(registry: AgentRegistry) -> dict[str, Model | None]:
