@@ -51,7 +51,12 @@ async def session_tree(
                 kids.append(await build(orphan, None, level + 1))
         return _node(node, ref, kids, truncated=level >= limit and bool(refs))
 
-    tree = await build(record, None, 0)
+    # The top of the tree shown may be a child: its node says how its parent holds it.
+    top_ref = None
+    if record.parent_session_id is not None:
+        held = await store.get_sub_session_refs(record.parent_session_id)
+        top_ref = next((ref for ref in held if ref.sub_session_id == record.session_id), None)
+    tree = await build(record, top_ref, 0)
     return tree, UsageTotals(input_tokens=usage[0], output_tokens=usage[1])
 
 

@@ -220,7 +220,11 @@ async def test_terminating_a_child_ends_its_own_children_too(backend: str, tmp_p
         await start(client, "top")
         read = await read_stream(client, "p")
         tree = (await client.get("/status/p", params={"tree": "true"})).json()
+        below = (await client.get("/status/p-agent-m", params={"tree": "true"})).json()
     assert read.end == {"status": "completed"}
+    # A child's own tree says how its parent holds it.
+    top = below["tree"]
+    assert (top["mode"], top["name"], top["parentToolCallId"]) == ("persistent", "m", "call-0-0")
     statuses = {node["sessionId"]: node["status"] for node in _nodes(tree["tree"])}
     assert statuses == {
         "p": "completed",
