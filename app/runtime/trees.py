@@ -129,7 +129,6 @@ class Tree:
         for watcher in self._watchers.pop(run.session_id, ()):
             if not watcher.done():
                 watcher.set_result(None)
-        self._maybe_done()
 
     def finished(self, session_id: str) -> asyncio.Future[None]:
         """A future done once the session's run here has stopped (at once if none runs)."""
@@ -222,13 +221,6 @@ class Tree:
 
     def _top_done(self) -> None:
         self._tops -= 1
-        self._maybe_done()
-
-    def _maybe_done(self) -> None:
-        """Forget the tree here once its top-level runs are done and no session of it runs,
-        whichever comes last: a descendant can outlive the top-level run that gave the tree up
-        (its write was lost), and a tree left here would have its lease renewed for good, so
-        that no server, this one included, ever took it over."""
         if not self._tops and not self._runs:
             self._host.forget(self)
 
