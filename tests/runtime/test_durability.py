@@ -22,11 +22,12 @@ from app.errors import (
     SessionExistsError,
     SessionNotFoundError,
     StoreError,
+    StoreUnavailableError,
     StreamNotFoundError,
 )
 from app.models import Model, ModelEvent, ModelRequest, TextDelta, ToolCall, ToolCallReady
 from app.protocol import ToolMessage
-from app.store import MemoryStore, StateStore, create_store
+from app.store import MemoryStore, StateStore, WriteBatch, create_store
 from tests.databases import database_url
 from tests.support import until, until_status
 
@@ -45,11 +46,12 @@ class Total(BaseModel):
 
 def build(calls: Counter[str], pause: dict[str, float]) -> AgentRegistry:
     """A root delegating to 3 workers at once; each worker counts twice (two steps with a tool
-    call each) and finishes. Model calls are keyed by session and turn, tool calls by call id."""
+    call each) and finishes. Model calls are keyed by session and turn, tool calls by call id.
+    `pause` holds seconds by agent type (its model calls), `tool`, or `tool <session id>`."""
 
     async def count(input: Count, ctx: ToolContext[Any]) -> int:
         calls[f"tool {ctx.session_id} {ctx.tool_call_id}"] += 1
-        await asyncio.sleep(pause.get("tool", 0))
+        await asyncio.sleep(pause.get(f"tool {ctx.session_id}", pause.get("tool", 0)))
         return input.n + 1
 
     class Scripted(Model):
@@ -182,6 +184,43 @@ async def test_a_run_abandoned_mid_step_is_taken_over_on_a_fresh_store(opener: A
     )
     # Only the model calls in flight at the crash were made again.
     assert calls == EVERY_CALL + in_flight
+
+
+class LosesOneWrite(MemoryStore):
+    """A memory store that loses the first write of `session_id`'s conversation, as a
+    connection reset in the middle of a commit would."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__()
+        self.session_id = session_id
+        self.lost = False
+
+    def submit(self, batch: WriteBatch, *, hold: bool = False) -> asyncio.Future[None]:
+        if self.lost or all(m.session_id != self.session_id for m in batch.messages):
+            return super().submit(batch, hold=hold)
+        self.lost = True
+        outcome: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        outcome.set_exception(StoreUnavailableError("Could not commit: connection reset"))
+        return outcome
+
+
+async def test_a_tree_whose_write_was_lost_is_taken_over_once_its_last_run_has_ended() -> None:
+    """A lost write gives the root's run up at once, while the children of its step that are
+    still in a tool end at their own next write, later. The tree is no longer run here once the
+    last of them has ended: its lease lapses and the same process takes it over."""
+    calls: Counter[str] = Counter()
+    pause = {"tool r-sub-call-0-1": 0.2, "tool r-sub-call-0-2": 0.2}
+    registry = build(calls, pause)
+    store = LosesOneWrite("r-sub-call-0-0")
+    async with (
+        store,
+        AgentRuntime(registry, store=store, lease_ms=300, takeover_interval=0.05) as runtime,
+    ):
+        await runtime.execute("root", "go", session_id="r")
+        await until_status(store, "r", "completed", timeout=5)
+        workers = [(await runtime.status(f"r-sub-call-0-{i}")).status for i in range(3)]
+    assert store.lost
+    assert workers == ["completed"] * 3
 
 
 async def test_an_interrupt_of_an_orphaned_tree_reaches_every_session(opener: Any) -> None:
