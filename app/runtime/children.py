@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import BaseModel, JsonValue
 
 from app import observability
-from app.protocol import BaseChunk, SubagentEndChunk, SubagentStartChunk, ToolCall
+from app.protocol import BaseChunk, SubagentEndChunk, SubagentStartChunk, SubSessionRef, ToolCall
 from app.runtime.calls import CallResult, parse_arguments
 from app.runtime.hooks import fire
 from app.runtime.outcome import Outcome, Stop, stopped_outcome
@@ -170,6 +170,9 @@ class Children:
         """The stop every child gets, one still being opened included: set when the session
         stops, or suspends for the client while children run."""
         self._opening: asyncio.Lock | None = None
+        self.named: dict[str, SubSessionRef] | None = None
+        """The session's persistent children by name as its companion calls know them: read
+        once, then added to by the children they create (see `companions.Companion`)."""
 
     @property
     def opening(self) -> asyncio.Lock:

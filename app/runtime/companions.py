@@ -22,7 +22,7 @@ from app.protocol import SubSessionRef
 from app.runtime.calls import CallResult, parse_arguments
 from app.runtime.children import Frame, Run, Unanswered, call_result
 from app.runtime.hooks import fire
-from app.runtime.local import stored
+from app.runtime.local import NewChild, stored
 from app.runtime.outcome import Outcome, Stop
 from app.runtime.persistent import (
     Owner,
@@ -30,6 +30,7 @@ from app.runtime.persistent import (
     bad_name,
     child_id,
     detach,
+    fresh_child,
     live,
     open_again,
     open_continued,
@@ -79,13 +80,21 @@ class Companion:
         if isinstance(args, SpawnInput | SendInput):
             # The calls of a step that start children pick them one at a time (names, running
             # children), then let them run side by side.
-            async with self.owner.children.opening:
-                refs = await self._refs()
-                opened = await (
-                    self.spawn(args, refs)
-                    if isinstance(args, SpawnInput)
-                    else self.send(args, refs)
-                )
+            children = self.owner.children
+            async with children.opening:
+                known = children.named
+                if known is None:
+                    known = children.named = await self._refs()
+                created = self._create(args, known) if isinstance(args, SpawnInput) else None
+                if created is None:
+                    opened = await (
+                        self.spawn(args, await self._refs())
+                        if isinstance(args, SpawnInput)
+                        else self.send(args, await self._refs())
+                    )
+                    children.named = None  # it may have changed what is known: read it again
+            if created is not None:
+                opened = await self._created(*created)
             return opened if isinstance(opened, CallResult | Unanswered) else await opened()
         refs = await self._refs()
         if action == "list":
@@ -107,6 +116,33 @@ class Companion:
         return persistent_refs(await tree.store.get_sub_session_refs(self.owner.session_id))
 
     # -- spawn and send ----------------------------------------------------------------------
+
+    def _create(
+        self, args: SpawnInput, known: dict[str, SubSessionRef]
+    ) -> tuple[PersistentAgent, NewChild, asyncio.Future[None]] | None:
+        """The common spawn, a new name: the child's creation is handed to the store now and
+        its name taken, so the next spawn of the step need not wait for it to land. None for
+        any other spawn."""
+        entry = self.tool.persistent(args.agent)
+        assert entry is not None  # the input schema allows only the configured types
+        if _started_by(known, self.call_id) is not None:
+            return None
+        name = args.name if args.name is not None else auto_name(known, entry.agent.name)
+        if name in known or bad_name(name) is not None:
+            return None
+        fresh = fresh_child(self.owner, entry, name, self.call_id, args.initialMessage)
+        batch = WriteBatch()
+        fresh.add_to(batch)
+        landed = self.owner.tree.writer.submit(batch)
+        known[name] = fresh.ref
+        return entry, fresh, landed
+
+    async def _created(
+        self, entry: PersistentAgent, fresh: NewChild, landed: asyncio.Future[None]
+    ) -> Opened:
+        await landed
+        run = fresh.start(self.owner)
+        return await self._run(entry, fresh.ref.name or "", run, fresh.first.content)
 
     async def spawn(self, args: SpawnInput, refs: dict[str, SubSessionRef]) -> Opened:
         entry = self.tool.persistent(args.agent)

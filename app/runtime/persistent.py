@@ -123,6 +123,23 @@ async def open_fresh(
 ) -> Run:
     """Create the child (over an earlier failed or terminated one of its name, whose subtree
     `superseded` lists) with `message` as its first message, stored before it runs."""
+    fresh = fresh_child(owner, entry, name, call_id, message, superseded=superseded)
+    batch = WriteBatch()
+    fresh.add_to(batch)
+    await owner.tree.writer.commit(batch)
+    return fresh.start(owner)
+
+
+def fresh_child(
+    owner: Owner,
+    entry: PersistentAgent,
+    name: str,
+    call_id: str,
+    message: str,
+    *,
+    superseded: list[str] | None = None,
+) -> NewChild:
+    """A new session for the child named `name`, ready to be stored."""
     agent = entry.agent
     child = child_id(owner, name)
     record = new_record(
@@ -134,17 +151,13 @@ async def open_fresh(
         now=now_ms(),
         parent_session_id=owner.session_id,
     )
-    fresh = NewChild(
+    return NewChild(
         record,
         UserMessage(content=message),
         new_ref(child, entry, name, call_id),
         agent,
         superseded,
     )
-    batch = WriteBatch()
-    fresh.add_to(batch)
-    await owner.tree.writer.commit(batch)
-    return fresh.start(owner)
 
 
 async def open_continued(
