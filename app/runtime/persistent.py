@@ -208,6 +208,7 @@ async def open_again(
     batch = WriteBatch(updated_sessions=[reopened], refs=[RefUpsert(parent_id, running)])
     await tree.writer.commit(batch)
     run: Run = tree.new_run(entry.agent, reopened, messages, ref=running)
+    run.inbox_due = True  # messages may have been queued for it while it was stopped
     flag = await store.check_interrupt_flag(record.session_id)
     if flag is not None:
         run.stop(Stop("interrupted", flag.reason))

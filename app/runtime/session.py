@@ -181,9 +181,14 @@ class SessionRun:
         """The agent's tools that make children, by name."""
         self._companions = children_like(agent) - self._kinds.keys()
         """The agent's companion tools that start or wait for a persistent child."""
-        self.inbox_due = ref is not None and ref.mode == "persistent"
-        """Whether messages may be queued for this session (a persistent child): it reads them
-        before its next model call, or before it completes."""
+        self.inbox_due = False
+        """Whether messages may be queued for this session (a persistent child told something
+        while it runs, or reopened): it reads them before its next model call, or before it
+        completes."""
+        self._hears_of_children = any(
+            entry.mode == "non-blocking" for entry in agent.persistent_agents
+        )
+        """Whether the session has non-blocking children, whose ends reach it in notices."""
         self.frame: Frame | None = None
         """For a child that runs on its own (a persistent child in the background): the frame
         its end closes in the stream."""
@@ -366,7 +371,7 @@ class SessionRun:
     async def _read_news(self) -> None:
         """Take into the conversation, before a model call, the notices of persistent children
         that ended and the messages queued for this session."""
-        parent = bool(self.agent.persistent_agents)
+        parent = self._hears_of_children
         if not (parent or self.inbox_due):
             return
         store, found = self.tree.store, News()
