@@ -29,10 +29,8 @@ from app.errors import (
 from app.protocol import Message, SessionStatus
 from app.protocol.api import (
     ApprovalBody,
-    PendingCall,
     SessionStatusView,
     ToolResultBody,
-    UsageView,
 )
 from app.protocol.browser import SessionTreeView
 from app.protocol.values import clean_text
@@ -44,7 +42,7 @@ from app.runtime.outcome import Outcome, Stop
 from app.runtime.pending import PAUSED, AnswerPlan, paused_tree, plan_answers
 from app.runtime.reader import StreamFollower
 from app.runtime.starting import SessionPlan, Started, existing_session, plan_session, resumption
-from app.runtime.status_tree import session_tree
+from app.runtime.status import session_status, session_status_tree
 from app.runtime.steps import appended
 from app.runtime.trees import Tree, Trees
 from app.store import (
@@ -447,44 +445,16 @@ class AgentRuntime:
     # -- reading and control -------------------------------------------------------------------
 
     async def status(self, session_id: str) -> SessionStatusView:
-        """The session's status, its children and how far its stream has got."""
+        """The session's status, its children, how far its stream has got and, for a paused
+        tree, every call it waits for."""
         self._check_open()
-        record = await self.store.get_session(session_id)
-        refs = await self.store.get_sub_session_refs(session_id)
-        try:
-            stream = await self.store.get_stream(record.stream_id)
-            last_sequence, stream_status = stream.last_sequence, stream.status
-        except StreamNotFoundError:
-            last_sequence, stream_status = 0, record.status
-        pending: list[PendingCall] = []
-        if record.status == "paused_awaiting_client" or (
-            record.is_root and stream_status == "paused_awaiting_client"
-        ):
-            paused = await paused_tree(self.store, self.registry, record)
-            pending = [entry.pending for entry in paused.waiting]
-        return SessionStatusView(
-            session_id=record.session_id,
-            agent_type=record.agent_type,
-            status=record.status,
-            step_count=record.step_count,
-            output=record.output,
-            error=record.error,
-            failure_reason=record.failure_reason,
-            stream_id=record.stream_id,
-            last_sequence=last_sequence,
-            parent_session_id=record.parent_session_id,
-            sub_sessions=refs,
-            pending_calls=pending,
-            usage=UsageView(input_tokens=record.input_tokens, output_tokens=record.output_tokens),
-        )
+        return await session_status(self.store, self.registry, session_id)
 
     async def status_tree(self, session_id: str, *, depth: int | None = None) -> SessionTreeView:
         """The session's status with its whole tree of sub-sessions (to `depth` levels of
         children, all when None) and the tree's summed usage."""
-        view = await self.status(session_id)
-        record = await self.store.get_session(session_id)
-        tree, usage = await session_tree(self.store, record, depth=depth)
-        return SessionTreeView(**view.__dict__, tree=tree, tree_usage=usage)
+        self._check_open()
+        return await session_status_tree(self.store, self.registry, session_id, depth=depth)
 
     async def interrupt(self, session_id: str, reason: str | None = None) -> SessionStatus:
         """Ask the session (and its running children) to stop, wherever it runs.

@@ -1,5 +1,7 @@
-"""A session's whole tree, read from the store: every local descendant with its status and
-usage, nested as the refs order them, and the tree's summed usage (`/status?tree=true`).
+"""A session's status as `/status` shows it, read from the store: its record, its children's
+refs, how far its stream has got and, for a paused tree, every call it waits for; with
+`tree=true`, also every local descendant with its status and usage, nested as the refs order
+them, and the tree's summed usage.
 
 Local descendants share their root's stream, so one read finds them all; each node with
 children costs one read of its refs. A remote child is a leaf: its own tree is on its server.
@@ -7,12 +9,62 @@ children costs one read of its refs. A remote child is a leaf: its own tree is o
 
 from __future__ import annotations
 
+from app.agents import AgentRegistry
+from app.errors import StreamNotFoundError
 from app.protocol import SubSessionRef
-from app.protocol.browser import TreeNode, UsageTotals
+from app.protocol.api import PendingCall, SessionStatusView, UsageView
+from app.protocol.browser import SessionTreeView, TreeNode, UsageTotals
+from app.runtime.pending import paused_tree
 from app.store import SessionRecord, StateStore
 
 MAX_DEPTH = 64
 """The deepest tree served: deeper levels are left out (`truncated`)."""
+
+
+async def session_status(
+    store: StateStore, registry: AgentRegistry, session_id: str
+) -> SessionStatusView:
+    """The session's status, its children and how far its stream has got."""
+    record = await store.get_session(session_id)
+    refs = await store.get_sub_session_refs(session_id)
+    try:
+        stream = await store.get_stream(record.stream_id)
+        last_sequence, stream_status = stream.last_sequence, stream.status
+    except StreamNotFoundError:
+        last_sequence, stream_status = 0, record.status
+    pending: list[PendingCall] = []
+    # A root whose turn is over may head a paused tree (a child running on its own paused).
+    if record.status == "paused_awaiting_client" or (
+        record.is_root and stream_status == "paused_awaiting_client"
+    ):
+        paused = await paused_tree(store, registry, record)
+        pending = [entry.pending for entry in paused.waiting]
+    return SessionStatusView(
+        session_id=record.session_id,
+        agent_type=record.agent_type,
+        status=record.status,
+        step_count=record.step_count,
+        output=record.output,
+        error=record.error,
+        failure_reason=record.failure_reason,
+        stream_id=record.stream_id,
+        last_sequence=last_sequence,
+        parent_session_id=record.parent_session_id,
+        sub_sessions=refs,
+        pending_calls=pending,
+        usage=UsageView(input_tokens=record.input_tokens, output_tokens=record.output_tokens),
+    )
+
+
+async def session_status_tree(
+    store: StateStore, registry: AgentRegistry, session_id: str, *, depth: int | None = None
+) -> SessionTreeView:
+    """The session's status with its whole tree (to `depth` levels of children, all when
+    None) and the tree's summed usage."""
+    view = await session_status(store, registry, session_id)
+    record = await store.get_session(session_id)
+    tree, usage = await session_tree(store, record, depth=depth)
+    return SessionTreeView(**view.__dict__, tree=tree, tree_usage=usage)
 
 
 async def session_tree(
