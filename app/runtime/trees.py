@@ -79,6 +79,8 @@ class Tree:
         self._watchers: dict[str, list[asyncio.Future[None]]] = {}
         self._tops = 0
         """Runs of the tree started on their own here (the root's, say), not yet done."""
+        self._started = False
+        """Whether a run of the tree was started on its own here."""
         self._lease_until = 0.0
         self.leased(leased_at)
 
@@ -129,6 +131,8 @@ class Tree:
         for watcher in self._watchers.pop(run.session_id, ()):
             if not watcher.done():
                 watcher.set_result(None)
+        if self._started and not self._tops and not self._runs:
+            self._host.forget(self)  # the last run of a tree whose top runs are all done
 
     def finished(self, session_id: str) -> asyncio.Future[None]:
         """A future done once the session's run here has stopped (at once if none runs)."""
@@ -194,6 +198,7 @@ class Tree:
         """Run `run` (the root's, or a child's that runs on its own: a persistent child in the
         background) in a task of its own."""
         self._tops += 1
+        self._started = True
         task = asyncio.get_running_loop().create_task(self._run_top(run))
         task.add_done_callback(_report_abandoned)
         run.task = task
@@ -211,6 +216,11 @@ class Tree:
                 outcome = await self._fail(run, exc)
         except BaseException:
             self.writer.discard()
+            # Left for a takeover as after a crash: what else of the tree runs here (children
+            # whose lives the parent's failure did not end) stops too, without another write,
+            # so the tree is given up (its lease too) once they are gone.
+            self.stop_all(SHUTDOWN)
+            await run.abandon()
             await self.writer.drain()
             raise
         else:
