@@ -521,6 +521,8 @@ class SessionRun:
             # Calls cut short by the stop or the failure end in the stream, saying so.
             for call_id, name in list(self._open_calls.items()):
                 error = f"The call did not finish: the session ended {outcome.status}"
+                if outcome.failure_reason == "parent_suspended":
+                    error = "The session suspended before the call finished: it runs again"
                 self.emit(ToolEndChunk, tool_call_id=call_id, tool_name=name, error=error)
         if outcome.status == "completed":
             self.emit(OutputChunk, output=outcome.output)
