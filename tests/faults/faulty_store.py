@@ -429,7 +429,13 @@ class FaultyStore(StateStore):
         found = await self._read("orphans", lambda: self.inner.orphaned_trees(owner_id=owner_id))
         if self.scope is None:
             return found
-        return [record for record in found if record.session_id.startswith(self.scope)]
+        # Ids are `s<seed>` and `s<seed>-...`: a bare prefix test let scenario s1 take over s10.
+        scope = self.scope
+        return [
+            record
+            for record in found
+            if record.session_id == scope or record.session_id.startswith(f"{scope}-")
+        ]
 
     async def set_interrupt_flag(self, session_id: str, reason: str | None = None) -> None:
         await self._read(
