@@ -112,6 +112,10 @@ class SessionTree(TreeServices, Protocol):
         """Add to `batch`, the end of `run`, what ends the tree when it is the tree's last run
         here (the stream's status, the lease given up); whether it did."""
 
+    def take_stale(self, session_id: str) -> dict[str, tuple[str, int]]:
+        """The calls of the session a dead process left open in the stream, by id: tool name
+        and step (given once, after a takeover)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Pending:
@@ -144,6 +148,9 @@ class Resumed:
 
 
 RESUMED_NOTHING = Resumed()
+
+STALE_CALL = "The process running this call stopped before its step was saved: the step runs again"
+"""What ends a call a dead process left open in the stream, when its session runs again."""
 
 
 class SessionRun:
@@ -302,6 +309,7 @@ class SessionRun:
                 result=answer.result,
                 error=answer.error,
             )
+        self._end_stale()
         pending = Pending(unanswered_calls(self.messages))
         while True:
             if pending.calls:
@@ -314,6 +322,17 @@ class SessionRun:
             if isinstance(step, Outcome):
                 return step
             pending = step
+
+    def _end_stale(self) -> None:
+        """End in the stream the calls a dead process started in a step it never committed: the
+        step runs again, and its new calls get ids of their own (the model may answer it
+        otherwise). A committed call left open is ended by its own run again."""
+        for call_id, (name, step) in self.tree.take_stale(self.session_id).items():
+            if call_id in self._call_ids:
+                continue
+            self._call_ids.add(call_id)
+            fields = {"tool_call_id": call_id, "tool_name": name, "error": STALE_CALL}
+            self.tree.writer.emit(ToolEndChunk, self.session_id, self.agent.name, step, fields)
 
     # -- model phase ---------------------------------------------------------------------------
 
