@@ -194,9 +194,10 @@ class SessionRun:
         self.frame: Frame | None = None
         """For a child that runs on its own (a persistent child in the background): the frame
         its end closes in the stream."""
-        self._open_calls: dict[str, str] = {}
-        """The calls (id: tool name) whose `tool_start` the stream has with no `tool_end` yet: a
-        session that ends stopped or failed ends them (§10: every `tool_start` is closed)."""
+        self._open_calls: dict[str, tuple[str, int]] = {}
+        """The calls (id: tool name and step) whose `tool_start` the stream has with no
+        `tool_end` yet: a session that ends stopped or failed ends them (§10: every
+        `tool_start` is closed)."""
 
     @property
     def session_id(self) -> str:
@@ -230,7 +231,7 @@ class SessionRun:
             chunk_type, self.record.session_id, self.agent.name, self._step, fields
         )
         if chunk_type is ToolStartChunk:
-            self._open_calls[fields["tool_call_id"]] = fields["tool_name"]
+            self._open_calls[fields["tool_call_id"]] = (fields["tool_name"], self._step)
         elif chunk_type is ToolEndChunk:
             self._open_calls.pop(fields["tool_call_id"], None)
 
@@ -266,6 +267,7 @@ class SessionRun:
         task = asyncio.current_task()
         assert task is not None
         self.task = task
+        self._end_stale()
         hooks = self.agent.hooks
         try:
             if hooks.on_agent_start is not None:
@@ -309,7 +311,6 @@ class SessionRun:
                 result=answer.result,
                 error=answer.error,
             )
-        self._end_stale()
         pending = Pending(unanswered_calls(self.messages))
         while True:
             if pending.calls:
@@ -329,6 +330,8 @@ class SessionRun:
         otherwise). A committed call left open is ended by its own run again."""
         for call_id, (name, step) in self.tree.take_stale(self.session_id).items():
             if call_id in self._call_ids:
+                # A committed call: its run again ends it, or the session's end does.
+                self._open_calls.setdefault(call_id, (name, step))
                 continue
             self._call_ids.add(call_id)
             fields = {"tool_call_id": call_id, "tool_name": name, "error": STALE_CALL}
@@ -432,7 +435,7 @@ class SessionRun:
             if call.name != FINISH_TOOL_NAME and call.id not in self.resumed.open_calls:
                 self.announce(call)
             elif call.id in self.resumed.open_calls:
-                self._open_calls[call.id] = call.name  # announced before the pause
+                self._open_calls[call.id] = (call.name, self._step)  # announced before the pause
         results = await answer_calls(self, pending.calls, new=pending.new)
         answered = [result.message for result in results if result.message is not None]
         messages: list[Message] = [*answered]
@@ -538,11 +541,13 @@ class SessionRun:
         )
         if outcome.status not in ("completed", "paused_awaiting_client"):
             # Calls cut short by the stop or the failure end in the stream, saying so.
-            for call_id, name in list(self._open_calls.items()):
-                error = f"The call did not finish: the session ended {outcome.status}"
-                if outcome.failure_reason == "parent_suspended":
-                    error = "The session suspended before the call finished: it runs again"
-                self.emit(ToolEndChunk, tool_call_id=call_id, tool_name=name, error=error)
+            error = f"The call did not finish: the session ended {outcome.status}"
+            if outcome.failure_reason == "parent_suspended":
+                error = "The session suspended before the call finished: it runs again"
+            for call_id, (name, step) in list(self._open_calls.items()):
+                fields = {"tool_call_id": call_id, "tool_name": name, "error": error}
+                self.tree.writer.emit(ToolEndChunk, self.session_id, self.agent.name, step, fields)
+            self._open_calls.clear()
         if outcome.status == "completed":
             self.emit(OutputChunk, output=outcome.output)
         elif outcome.status == "failed":
