@@ -112,10 +112,6 @@ class SessionTree(TreeServices, Protocol):
         """Add to `batch`, the end of `run`, what ends the tree when it is the tree's last run
         here (the stream's status, the lease given up); whether it did."""
 
-    def take_stale(self, session_id: str) -> dict[str, tuple[str, int]]:
-        """The calls of the session a dead process left open in the stream, by id: tool name
-        and step (given once, after a takeover)."""
-
 
 @dataclass(frozen=True, slots=True)
 class Pending:
@@ -148,9 +144,6 @@ class Resumed:
 
 
 RESUMED_NOTHING = Resumed()
-
-STALE_CALL = "The process running this call stopped before its step was saved: the step runs again"
-"""What ends a call a dead process left open in the stream, when its session runs again."""
 
 
 class SessionRun:
@@ -194,10 +187,9 @@ class SessionRun:
         self.frame: Frame | None = None
         """For a child that runs on its own (a persistent child in the background): the frame
         its end closes in the stream."""
-        self._open_calls: dict[str, tuple[str, int]] = {}
-        """The calls (id: tool name and step) whose `tool_start` the stream has with no
-        `tool_end` yet: a session that ends stopped or failed ends them (§10: every
-        `tool_start` is closed)."""
+        self._open_calls: dict[str, str] = {}
+        """The calls (id: tool name) whose `tool_start` the stream has with no `tool_end` yet: a
+        session that ends stopped or failed ends them (§10: every `tool_start` is closed)."""
 
     @property
     def session_id(self) -> str:
@@ -231,7 +223,7 @@ class SessionRun:
             chunk_type, self.record.session_id, self.agent.name, self._step, fields
         )
         if chunk_type is ToolStartChunk:
-            self._open_calls[fields["tool_call_id"]] = (fields["tool_name"], self._step)
+            self._open_calls[fields["tool_call_id"]] = fields["tool_name"]
         elif chunk_type is ToolEndChunk:
             self._open_calls.pop(fields["tool_call_id"], None)
 
@@ -267,7 +259,6 @@ class SessionRun:
         task = asyncio.current_task()
         assert task is not None
         self.task = task
-        self._end_stale()
         hooks = self.agent.hooks
         try:
             if hooks.on_agent_start is not None:
@@ -323,19 +314,6 @@ class SessionRun:
             if isinstance(step, Outcome):
                 return step
             pending = step
-
-    def _end_stale(self) -> None:
-        """End in the stream the calls a dead process started in a step it never committed: the
-        step runs again, and its new calls get ids of their own (the model may answer it
-        otherwise). A committed call left open is ended by its own run again."""
-        for call_id, (name, step) in self.tree.take_stale(self.session_id).items():
-            if call_id in self._call_ids:
-                # A committed call: its run again ends it, or the session's end does.
-                self._open_calls.setdefault(call_id, (name, step))
-                continue
-            self._call_ids.add(call_id)
-            fields = {"tool_call_id": call_id, "tool_name": name, "error": STALE_CALL}
-            self.tree.writer.emit(ToolEndChunk, self.session_id, self.agent.name, step, fields)
 
     # -- model phase ---------------------------------------------------------------------------
 
@@ -435,7 +413,7 @@ class SessionRun:
             if call.name != FINISH_TOOL_NAME and call.id not in self.resumed.open_calls:
                 self.announce(call)
             elif call.id in self.resumed.open_calls:
-                self._open_calls[call.id] = (call.name, self._step)  # announced before the pause
+                self._open_calls[call.id] = call.name  # announced before the pause
         results = await answer_calls(self, pending.calls, new=pending.new)
         answered = [result.message for result in results if result.message is not None]
         messages: list[Message] = [*answered]
@@ -541,13 +519,11 @@ class SessionRun:
         )
         if outcome.status not in ("completed", "paused_awaiting_client"):
             # Calls cut short by the stop or the failure end in the stream, saying so.
-            error = f"The call did not finish: the session ended {outcome.status}"
-            if outcome.failure_reason == "parent_suspended":
-                error = "The session suspended before the call finished: it runs again"
-            for call_id, (name, step) in list(self._open_calls.items()):
-                fields = {"tool_call_id": call_id, "tool_name": name, "error": error}
-                self.tree.writer.emit(ToolEndChunk, self.session_id, self.agent.name, step, fields)
-            self._open_calls.clear()
+            for call_id, name in list(self._open_calls.items()):
+                error = f"The call did not finish: the session ended {outcome.status}"
+                if outcome.failure_reason == "parent_suspended":
+                    error = "The session suspended before the call finished: it runs again"
+                self.emit(ToolEndChunk, tool_call_id=call_id, tool_name=name, error=error)
         if outcome.status == "completed":
             self.emit(OutputChunk, output=outcome.output)
         elif outcome.status == "failed":

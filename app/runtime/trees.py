@@ -16,14 +16,7 @@ from time import monotonic
 from typing import TYPE_CHECKING, Protocol
 
 from app.errors import AgentServerError, ConflictError, NotFoundError, StoreRefusedError
-from app.protocol import (
-    ErrorChunk,
-    Message,
-    SessionStatus,
-    SubSessionRef,
-    ToolEndChunk,
-    ToolStartChunk,
-)
+from app.protocol import ErrorChunk, Message, SessionStatus, SubSessionRef
 from app.runtime.emitter import StreamWriter
 from app.runtime.outcome import SHUTDOWN, Outcome, Stop
 from app.runtime.session import Resumed, SessionRun
@@ -90,9 +83,6 @@ class Tree:
         """Whether a run of the tree was started on its own here."""
         self._lease_until = 0.0
         self.leased(leased_at)
-        self._stale: dict[str, dict[str, tuple[str, int]]] = {}
-        """For a tree taken over: the calls each session had started in the stream, never
-        ended (by id: tool name and step); see `take_stale`."""
 
     @property
     def store(self) -> StateStore:
@@ -124,29 +114,6 @@ class Tree:
     def resume(self, resumed: dict[str, Resumed]) -> None:
         """What a resume of the paused tree leaves each session for its next run."""
         self._resumed.update(resumed)
-
-    async def read_stale(self) -> None:
-        """Before a takeover runs the tree again: note the calls whose `tool_start` the stream
-        has with no `tool_end` (the process that ran them died)."""
-        opened: dict[tuple[str, str], tuple[str, int]] = {}
-        after = 0
-        while True:
-            page = await self.store.read_chunks(self.root_id, after=after, limit=1000)
-            for chunk in page:
-                if isinstance(chunk, ToolStartChunk):
-                    opened[(chunk.agent_id, chunk.tool_call_id)] = (chunk.tool_name, chunk.step)
-                elif isinstance(chunk, ToolEndChunk):
-                    opened.pop((chunk.agent_id, chunk.tool_call_id), None)
-            if len(page) < 1000:
-                break
-            after = page[-1].sequence
-        self._stale = {}
-        for (session_id, call_id), started in opened.items():
-            self._stale.setdefault(session_id, {})[call_id] = started
-
-    def take_stale(self, session_id: str) -> dict[str, tuple[str, int]]:
-        """The calls of the session a dead process left open in the stream (once)."""
-        return self._stale.pop(session_id, {})
 
     def find(self, session_id: str) -> SessionRun | None:
         """The running session of this id, if it runs here."""
