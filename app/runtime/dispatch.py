@@ -107,8 +107,8 @@ async def _all(run: Caller, calls: Sequence[ToolCall], new: bool, *, suspend: bo
     children still running then are stopped, to run again on resume."""
     tasks = [asyncio.ensure_future(dispatch(run, call, new)) for call in calls]
     children = children_like(run.agent)
+    gathered = asyncio.gather(*tasks)
     try:
-        gathered = asyncio.gather(*tasks)
         if not suspend and any(call.name in children for call in calls):
             paused = run.children.on_pause()
             racing: list[asyncio.Future[Any]] = [gathered, paused]
@@ -124,7 +124,14 @@ async def _all(run: Caller, calls: Sequence[ToolCall], new: bool, *, suspend: bo
     except BaseException:
         for task in tasks:
             task.cancel()
+        # The step's failure is what propagates: what the cancelled calls end with is not news.
+        gathered.add_done_callback(_retrieved)
         raise
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,12 +18,14 @@ from typing import Any, Literal, Self
 
 from app import observability
 from app.agents import AgentConfig, AgentRegistry
+from app.backoff import backoff_delay
 from app.errors import (
     ConflictError,
     LifecycleError,
     SessionExistsError,
     SessionNotResumableError,
     SessionRunningError,
+    StoreError,
     StreamNotFoundError,
 )
 from app.protocol import Message, SessionStatus
@@ -490,11 +492,29 @@ class AgentRuntime:
         return StreamFollower(self.store, stream_id, after=from_sequence, poll=poll)
 
     def _heard_interrupt(self, session_id: str) -> None:
-        if session_id in self.trees or self.trees.find_run(session_id) is not None:
+        if self._heard_runs(session_id):
             self._spawn(self._apply_interrupt(session_id))
 
+    def _heard_runs(self, session_id: str) -> bool:
+        """Whether a session an interrupt was heard for runs in this process."""
+        return session_id in self.trees or self.trees.find_run(session_id) is not None
+
     async def _apply_interrupt(self, session_id: str) -> None:
-        flag = await self.store.check_interrupt_flag(session_id)
+        # The notification is heard once: a failed read of the flag must not lose the interrupt,
+        # so it is read again (with backoff) for as long as the session still runs here.
+        attempt = 0
+        while True:
+            try:
+                flag = await self.store.check_interrupt_flag(session_id)
+                break
+            except StoreError:
+                attempt += 1
+                if not self._heard_runs(session_id):
+                    return
+                logger.warning("Checking the interrupt flag of %s failed; again", session_id)
+                await asyncio.sleep(backoff_delay(attempt, 0.05, 2.0))
+                if not self._heard_runs(session_id):
+                    return
         if flag is None:
             return
         stop = Stop("interrupted", flag.reason)

@@ -192,6 +192,9 @@ class SessionRun:
         self.frame: Frame | None = None
         """For a child that runs on its own (a persistent child in the background): the frame
         its end closes in the stream."""
+        self._open_calls: dict[str, str] = {}
+        """The calls (id: tool name) whose `tool_start` the stream has with no `tool_end` yet: a
+        session that ends stopped or failed ends them (§10: every `tool_start` is closed)."""
 
     @property
     def session_id(self) -> str:
@@ -224,6 +227,10 @@ class SessionRun:
         self.tree.writer.emit(
             chunk_type, self.record.session_id, self.agent.name, self._step, fields
         )
+        if chunk_type is ToolStartChunk:
+            self._open_calls[fields["tool_call_id"]] = fields["tool_name"]
+        elif chunk_type is ToolEndChunk:
+            self._open_calls.pop(fields["tool_call_id"], None)
 
     def announce(self, call: ToolCall) -> None:
         """Announce a tool call in the stream."""
@@ -410,6 +417,8 @@ class SessionRun:
         for call in pending.calls:
             if call.name != FINISH_TOOL_NAME and call.id not in self.resumed.open_calls:
                 self.announce(call)
+            elif call.id in self.resumed.open_calls:
+                self._open_calls[call.id] = call.name  # announced before the pause
         results = await answer_calls(self, pending.calls, new=pending.new)
         answered = [result.message for result in results if result.message is not None]
         messages: list[Message] = [*answered]
@@ -513,6 +522,13 @@ class SessionRun:
             error=outcome.error,
             failure_reason=outcome.failure_reason,
         )
+        if outcome.status not in ("completed", "paused_awaiting_client"):
+            # Calls cut short by the stop or the failure end in the stream, saying so.
+            for call_id, name in list(self._open_calls.items()):
+                error = f"The call did not finish: the session ended {outcome.status}"
+                if outcome.failure_reason == "parent_suspended":
+                    error = "The session suspended before the call finished: it runs again"
+                self.emit(ToolEndChunk, tool_call_id=call_id, tool_name=name, error=error)
         if outcome.status == "completed":
             self.emit(OutputChunk, output=outcome.output)
         elif outcome.status == "failed":

@@ -139,7 +139,7 @@ class Tree:
         for watcher in self._watchers.pop(run.session_id, ()):
             if not watcher.done():
                 watcher.set_result(None)
-        if self._started and not self._tops and not self._runs:
+        if self._started and self._idle():
             self._host.forget(self)  # the last run of a tree whose top runs are all done
 
     def finished(self, session_id: str) -> asyncio.Future[None]:
@@ -250,8 +250,14 @@ class Tree:
 
     def _top_done(self) -> None:
         self._tops -= 1
-        if not self._tops and not self._runs:
+        if self._idle():
             self._host.forget(self)
+
+    def _idle(self) -> bool:
+        """Whether nothing of the tree runs here any more: no top run, and no run but those
+        registered and never started (a child whose reopening failed after it was registered:
+        nothing will ever run or end it)."""
+        return not self._tops and all(run.task is None for run in self._runs.values())
 
     async def _fail(self, run: SessionRun, cause: Exception) -> Outcome:
         """End the tree `failed` after the store refused one of its writes: what runs here

@@ -146,6 +146,8 @@ class FaultyStore(StateStore):
         self._released = asyncio.Event()
         self._severed = False
         self._tasks: set[asyncio.Task[None]] = set()
+        self._handed: set[asyncio.Future[None]] = set()
+        """Writes handed to the real store that have not landed (or failed) yet."""
 
     # -- control -------------------------------------------------------------------------------
 
@@ -267,7 +269,17 @@ class FaultyStore(StateStore):
             record(landed)
         else:
             landed.add_done_callback(record)
+            self._handed.add(landed)
+            landed.add_done_callback(self._handed.discard)
         return landed
+
+    async def handed_settled(self, timeout: float) -> None:
+        """Wait (at most `timeout` s) for the writes handed to the real store to land or fail.
+        A killed process's writes either landed before it died or never do; here the real
+        store is shared and outlives the node, so one it had taken could otherwise land after
+        a successor with the node's owner id had read the store (and redo what it saved)."""
+        if self._handed:
+            await asyncio.wait(list(self._handed), timeout=timeout)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -429,7 +441,13 @@ class FaultyStore(StateStore):
         found = await self._read("orphans", lambda: self.inner.orphaned_trees(owner_id=owner_id))
         if self.scope is None:
             return found
-        return [record for record in found if record.session_id.startswith(self.scope)]
+        # Ids are `s<seed>` and `s<seed>-...`: a bare prefix test let scenario s1 take over s10.
+        scope = self.scope
+        return [
+            record
+            for record in found
+            if record.session_id == scope or record.session_id.startswith(f"{scope}-")
+        ]
 
     async def set_interrupt_flag(self, session_id: str, reason: str | None = None) -> None:
         await self._read(

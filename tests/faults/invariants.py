@@ -29,11 +29,14 @@ from app.protocol import (
     ErrorChunk,
     InterruptedChunk,
     OutputChunk,
+    SubagentEndChunk,
     SubSessionRef,
     ToolEndChunk,
     ToolPendingChunk,
     ToolStartChunk,
 )
+from app.runtime.children import call_result
+from app.runtime.outcome import SUSPENDED, stopped_outcome
 from app.store import SessionRecord, StateStore
 from tests.faults.ledger import Ledger
 
@@ -167,19 +170,35 @@ def _unclosed_calls(
 
 
 def _reused_ids(chunks: Sequence[BaseChunk]) -> list[Violation]:
-    calls: dict[tuple[str, str], set[tuple[int, str, str]]] = defaultdict(set)
-    for chunk in chunks:
-        if isinstance(chunk, ToolStartChunk):
+    # A child dropped by a suspension starts again from scratch on resume: a new session under
+    # the same id, its old conversation and subtree deleted (docs/architecture.md, "The
+    # cascade"). Its ids are unique within that new life, not across lives; the `subagent_end`
+    # that says the child was dropped (`SUSPENDED`) begins the next life of it and its subtree.
+    dropped = call_result(stopped_outcome(SUSPENDED)).result
+    born: dict[str, int] = {}
+    calls: dict[tuple[str, int, str], set[tuple[int, str, str]]] = defaultdict(set)
+    for index, chunk in enumerate(chunks):
+        if isinstance(chunk, SubagentEndChunk) and chunk.result == dropped:
+            born[chunk.sub_session_id] = index
+        elif isinstance(chunk, ToolStartChunk):
+            life = max(
+                (at for root, at in born.items() if _within(chunk.agent_id, root)), default=-1
+            )
             arguments = json.dumps(chunk.arguments, sort_keys=True, default=str)
-            calls[(chunk.agent_id, chunk.tool_call_id)].add(
+            calls[(chunk.agent_id, life, chunk.tool_call_id)].add(
                 (chunk.step, chunk.tool_name, arguments)
             )
     reused = sorted(
-        f"{agent}#{call_id}" for (agent, call_id), seen in calls.items() if len(seen) > 1
+        f"{agent}#{call_id}" for (agent, _, call_id), seen in calls.items() if len(seen) > 1
     )
     if not reused:
         return []
     return [Violation("tool_call_id_reused", f"one toolCallId for several calls: {reused[:4]}")]
+
+
+def _within(session_id: str, root: str) -> bool:
+    """Whether `session_id` is `root` or a local descendant of it (`{root}-sub-...`)."""
+    return session_id == root or session_id.startswith(f"{root}-")
 
 
 async def read_all_chunks(store: StateStore, stream_id: str) -> list[BaseChunk]:

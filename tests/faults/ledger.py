@@ -116,7 +116,9 @@ class Ledger:
         """Record a write that landed: its conversations' new messages commit call keys."""
         tick = self.tick()
         self.landed_writes += 1
-        for session_id in batch.cleared_messages:
+        # A child started again from scratch clears its conversation and deletes its old
+        # subtree (`deleted_sessions`): a session made again under one of those ids is new.
+        for session_id in [*batch.cleared_messages, *batch.deleted_sessions]:
             self._conversations[session_id] = _Conversation()
             self.history.append((tick, session_id))
         for append in batch.messages:

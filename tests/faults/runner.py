@@ -151,7 +151,9 @@ class Node:
         """Die as by SIGKILL; False if what is left of the runtime would not stop."""
         self.alive = False
         self.store.sever()
-        return await self._close()
+        stopped = await self._close()
+        await self.store.handed_settled(CLOSE)
+        return stopped
 
     async def stop(self) -> bool:
         """Shut down as by SIGTERM; False if it did not finish within `CLOSE` seconds."""

@@ -22,7 +22,7 @@ from app.models import (
     ToolCall,
     ToolCallReady,
 )
-from app.protocol import AssistantMessage, Chunk, ToolMessage
+from app.protocol import AssistantMessage, Chunk, ToolEndChunk, ToolMessage, ToolStartChunk
 from app.store import MemoryStore, WriteBatch
 from tests.support import until, until_status
 
@@ -147,7 +147,20 @@ async def test_interrupt_stops_the_whole_tree_mid_stream_and_resume_finishes_it(
         assert latency < 0.1, latency
         assert set(statuses.values()) == {"interrupted"}, statuses
         assert refs == [(sid, "interrupted") for sid in TREE[1:]]
-        tail = [(c.agent_id, c.type) for c in first_segment[-7:]]
+        # Every call the interrupt cut short ends in the stream (DESIGN §10), before its
+        # session's `interrupted`; the ends of the sessions come leaves first.
+        ends = [c for c in first_segment if c.type in ("tool_start", "tool_end", "interrupted")]
+        opened: set[tuple[str, str]] = set()
+        for chunk in ends:
+            if isinstance(chunk, ToolStartChunk):
+                opened.add((chunk.agent_id, chunk.tool_call_id))
+            elif isinstance(chunk, ToolEndChunk):
+                opened.discard((chunk.agent_id, chunk.tool_call_id))
+            else:
+                assert not {agent for agent, _ in opened} & {chunk.agent_id}, chunk
+        assert not opened, opened
+        stops = [c for c in first_segment if c.type != "tool_end"]
+        tail = [(c.agent_id, c.type) for c in stops[-7:]]
         assert sorted(tail[:4]) == [(sid, "interrupted") for sid in TREE[3:]]
         assert sorted(tail[4:6]) == [(sid, "interrupted") for sid in TREE[1:3]]
         assert tail[6] == ("r", "interrupted")
