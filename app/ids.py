@@ -64,15 +64,23 @@ def assign_call_ids(given: Sequence[str | None], used: set[str], turn_index: int
     for index, model_id in enumerate(given):
         if model_id is not None and model_id not in used and _CALL_ID.fullmatch(model_id):
             call_id = model_id
+            used.add(call_id)
         else:
-            call_id = base = tool_call_id(turn_index, index)
-            suffix = 0
-            while call_id in used:
-                suffix += 1
-                call_id = f"{base}.{suffix}"
-        used.add(call_id)
+            call_id = fresh_call_id(used, turn_index, index)
         ids.append(call_id)
     return ids
+
+
+def fresh_call_id(used: set[str], turn_index: int, call_index: int) -> str:
+    """`tool_call_id(turn_index, call_index)`, with a `.n` suffix if `used` has it; added to
+    `used`."""
+    call_id = base = tool_call_id(turn_index, call_index)
+    suffix = 0
+    while call_id in used:
+        suffix += 1
+        call_id = f"{base}.{suffix}"
+    used.add(call_id)
+    return call_id
 
 
 def _child_id(parent_session_id: str, kind: str, suffix: str) -> str:

@@ -577,6 +577,7 @@ class AgentRuntime:
             observability.takeover(session_id)
             flag = await self.store.check_interrupt_flag(session_id)
             messages = await self.store.load_messages(session_id) if root else []
+            await tree.read_stale()
             stop = None if flag is None else Stop("interrupted", flag.reason)
             return await self._reopen(
                 tree, record, messages, [], stop=stop, background=background, root=root

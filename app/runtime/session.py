@@ -52,6 +52,7 @@ from app.runtime.hooks import fire
 from app.runtime.model_call import call_model
 from app.runtime.news import News, inbox, notices
 from app.runtime.outcome import Outcome, Stop, stopped_outcome, unanswered_calls
+from app.runtime.stale import STALE_CALL, StaleCall, redo
 from app.runtime.steps import (
     added_usage,
     appended,
@@ -111,6 +112,9 @@ class SessionTree(TreeServices, Protocol):
     def close(self, run: SessionRun, outcome: Outcome, batch: WriteBatch) -> bool:
         """Add to `batch`, the end of `run`, what ends the tree when it is the tree's last run
         here (the stream's status, the lease given up); whether it did."""
+
+    def take_stale(self, session_id: str) -> dict[str, StaleCall]:
+        """The session's calls a dead process left open in the stream (given once)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +196,9 @@ class SessionRun:
         self.frame: Frame | None = None
         """For a child that runs on its own (a persistent child in the background): the frame
         its end closes in the stream."""
+        self._stale: dict[str, StaleCall] = {}
+        """After a takeover: the calls of a step the dead process never committed, left open
+        in the stream; the step's next model call takes them up (`stale.redo`)."""
         self._open_calls: dict[str, str] = {}
         """The calls (id: tool name) whose `tool_start` the stream has with no `tool_end` yet: a
         session that ends stopped or failed ends them (§10: every `tool_start` is closed)."""
@@ -264,6 +271,11 @@ class SessionRun:
         task = asyncio.current_task()
         assert task is not None
         self.task = task
+        for call_id, call in self.tree.take_stale(self.session_id).items():
+            # Open in the stream: the run ends them, or the session's end does.
+            self._open_calls[call_id] = call.name
+            if call_id not in self._call_ids:
+                self._stale[call_id] = call
         hooks = self.agent.hooks
         try:
             if hooks.on_agent_start is not None:
@@ -349,6 +361,8 @@ class SessionRun:
             on_retry=self._retracted,
         )
         response = answer.response
+        if self._stale:
+            response = self._redo(response)
         if answer.usage is not None:
             self._usage = added_usage(self._usage, answer.usage)
         calls = response.tool_calls
@@ -374,6 +388,19 @@ class SessionRun:
             return await self._end(Outcome("completed", output=response.content), [response])
         await self._commit([response, UserMessage(content=FINISH_REMINDER)])
         return NOTHING
+
+    def _redo(self, response: AssistantMessage) -> AssistantMessage:
+        """The response of a step a dead process had begun: the calls it left open that this
+        response does not make again end in the stream, and their ids stay theirs."""
+        turn = self._responses
+        calls, ended = redo(response.tool_calls, self._stale, self._call_ids, turn)
+        for call_id in ended:
+            name = self._stale[call_id].name
+            self.emit(ToolEndChunk, tool_call_id=call_id, tool_name=name, error=STALE_CALL)
+        self._stale = {}
+        if calls == response.tool_calls:
+            return response
+        return AssistantMessage.trusted({"content": response.content, "tool_calls": calls})
 
     async def _read_news(self) -> None:
         """Take into the conversation, before a model call, the notices of persistent children

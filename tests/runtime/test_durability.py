@@ -25,11 +25,21 @@ from app.errors import (
     StoreUnavailableError,
     StreamNotFoundError,
 )
-from app.models import Model, ModelEvent, ModelRequest, TextDelta, ToolCall, ToolCallReady
-from app.protocol import ToolMessage
+from app.models import (
+    FunctionModel,
+    Model,
+    ModelEvent,
+    ModelRequest,
+    ModelResponse,
+    TextDelta,
+    ToolCall,
+    ToolCallReady,
+)
+from app.protocol import AssistantMessage, ToolEndChunk, ToolMessage, ToolStartChunk
+from app.runtime.stale import STALE_CALL
 from app.store import MemoryStore, StateStore, WriteBatch, create_store
 from tests.databases import database_url
-from tests.support import until, until_status
+from tests.support import check_invariants, check_tool_calls, until, until_status
 
 
 class Job(BaseModel):
@@ -408,3 +418,60 @@ async def test_a_stale_owner_never_repeats_what_the_new_owner_did(
         record = await here.get_session("r")
     assert calls == Counter({"model r 0": 2, "model r 1": 1, "side r call-0-0": 1})
     assert (record.status, record.output) == ("completed", "finished")
+
+
+async def test_a_step_redone_otherwise_after_a_crash_ends_the_calls_it_left_open(
+    opener: Any,
+) -> None:
+    """The dead process streamed a step's call and died before the step was saved; the model
+    answers the redone step otherwise. The old call ends, saying the step runs again, and
+    the new one, which the model gave the same id, gets an id of its own."""
+    answers = iter([{"seconds": 30.0}, {"seconds": 0.0}])
+
+    class Nap(BaseModel):
+        seconds: float
+
+    @define_tool("nap", description="Sleep.", input_schema=Nap)
+    async def nap(input: Nap, ctx: ToolContext[Any]) -> str:
+        await asyncio.sleep(input.seconds)
+        return "rested"
+
+    def model(request: ModelRequest) -> ModelResponse:
+        if any(m.role == "tool" for m in request.messages):
+            return ModelResponse(text="done")
+        return ModelResponse(tool_calls=[ToolCall("nap", next(answers), id="x")])
+
+    registry = AgentRegistry([define_agent("napper", tools=[nap], model=FunctionModel(model))])
+    async with (
+        opener() as store,
+        AgentRuntime(registry, store=store, lease_ms=200, takeover_interval=None) as doomed,
+    ):
+        await doomed.execute("napper", "go", session_id="n")
+        await until_chunk(store, "n", "tool_start")
+        # Leaving the block stops the runtime as a crash would: nothing more is written.
+    async with (
+        opener() as store,
+        AgentRuntime(registry, store=store, takeover_interval=0.05) as heir,
+    ):
+        await until_status(store, "n", "completed")
+        chunks = [chunk async for chunk in heir.follow("n")]
+        messages = await store.load_messages("n")
+
+    calls = [(c.tool_call_id, c.arguments) for c in chunks if isinstance(c, ToolStartChunk)]
+    ends = [(c.tool_call_id, c.error) for c in chunks if isinstance(c, ToolEndChunk)]
+    assert calls == [("x", {"seconds": 30.0}), ("call-0-0", {"seconds": 0.0})]
+    assert ends == [("x", STALE_CALL), ("call-0-0", None)]
+    (response, *_) = [m for m in messages if isinstance(m, AssistantMessage)]
+    (call,) = response.tool_calls
+    assert (call.id, call.original_id) == ("call-0-0", "x")
+    check_invariants(chunks)
+    check_tool_calls(chunks, "completed")
+
+
+async def until_chunk(store: StateStore, stream_id: str, chunk_type: str) -> None:
+    for _ in range(500):
+        chunks = await store.read_chunks(stream_id)
+        if any(chunk.type == chunk_type for chunk in chunks):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"no {chunk_type} in {stream_id}")
