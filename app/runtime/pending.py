@@ -24,7 +24,7 @@ from app.runtime.inputs import REJECTED, Answers
 from app.runtime.local import stored
 from app.runtime.outcome import unanswered_calls
 from app.runtime.remote import RemoteDelegation
-from app.runtime.session import Resumed
+from app.runtime.session_state import Resumed
 from app.store import SessionRecord, StateStore
 
 logger = logging.getLogger(__name__)

@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import enum
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from app import observability
 from app.agents import FINISH_TOOL_NAME, AgentConfig, HookContext, Tool
@@ -40,18 +38,25 @@ from app.protocol import (
     TextDeltaChunk,
     ToolCall,
     ToolEndChunk,
-    ToolMessage,
     ToolStartChunk,
     UserMessage,
 )
 from app.protocol.values import clean_text
 from app.runtime.calls import error_message
-from app.runtime.children import Children, Frame, TreeServices
+from app.runtime.children import Children, Frame
 from app.runtime.dispatch import answer_calls, children_like, delegations
 from app.runtime.hooks import fire
 from app.runtime.model_call import call_model
 from app.runtime.news import News, inbox, notices
 from app.runtime.outcome import Outcome, Stop, stopped_outcome, unanswered_calls
+from app.runtime.session_state import (
+    NOTHING,
+    RESUMED_NOTHING,
+    Pending,
+    Phase,
+    Resumed,
+    SessionTree,
+)
 from app.runtime.stale import STALE_CALL, StaleCall, redo
 from app.runtime.steps import (
     added_usage,
@@ -67,87 +72,6 @@ logger = logging.getLogger(__name__)
 
 FINISH_REMINDER = f"Call the {FINISH_TOOL_NAME} tool with your final output to finish."
 """What an agent with an output schema is told when it answers with text alone."""
-
-
-class Phase(enum.Enum):
-    """Where a session's run is; a stop acts on it accordingly."""
-
-    READY = "ready"
-    """Made, not started: it stops as soon as it starts."""
-    WORKING = "working"
-    """In a model call or its tools: a stop cancels them at once."""
-    COMMITTING = "committing"
-    """Waiting for a step's write to land: a stop takes effect once it has (so the run's view
-    of its conversation stays the store's)."""
-    ENDING = "ending"
-    """Writing its end: too late for a stop."""
-    ENDED = "ended"
-
-
-class SessionTree(TreeServices, Protocol):
-    """What a session needs of the tree it runs in, beyond what every session shares."""
-
-    def new_run(
-        self,
-        agent: AgentConfig,
-        record: SessionRecord,
-        messages: list[Message],
-        *,
-        ref: SubSessionRef | None = None,
-    ) -> SessionRun:
-        """A run of a session of the tree, registered with it."""
-
-    def ended(self, run: SessionRun) -> None:
-        """The run has stopped running."""
-
-    def find(self, session_id: str) -> SessionRun | None:
-        """The run of the session in the tree here, if any."""
-
-    def finished(self, session_id: str) -> asyncio.Future[None]:
-        """Done once the session's run here has stopped (at once if none runs)."""
-
-    def start(self, run: SessionRun) -> asyncio.Task[Outcome]:
-        """Run `run` on its own, in a task of its own."""
-
-    def close(self, run: SessionRun, outcome: Outcome, batch: WriteBatch) -> bool:
-        """Add to `batch`, the end of `run`, what ends the tree when it is the tree's last run
-        here (the stream's status, the lease given up); whether it did."""
-
-    def take_stale(self, session_id: str) -> dict[str, StaleCall]:
-        """The session's calls a dead process left open in the stream (given once)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Pending:
-    """The calls a step still has to answer."""
-
-    calls: Sequence[ToolCall] = ()
-    unstored: AssistantMessage | None = None
-    """Their response, when it has not been written: it is written with their results, or
-    dropped with the step if the run stops first."""
-    new: bool = False
-    """Whether they come from a model call of this run (so no child of theirs exists yet)."""
-
-
-NOTHING = Pending()
-"""No call to answer: the next step is a model call."""
-
-
-@dataclass(frozen=True, slots=True)
-class Resumed:
-    """What the resume of a paused tree leaves a session of it."""
-
-    approved: frozenset[str] = frozenset()
-    """Calls needing approval that the client approved: they may run now."""
-    open_calls: frozenset[str] = frozenset()
-    """Calls whose `tool_start` the stream already has, with no `tool_end` yet (they waited
-    for the client, themselves or through a child): they are not announced again."""
-    answered: Sequence[tuple[ToolCall, ToolMessage]] = ()
-    """The calls the client answered (a result, or a refused approval), already in the
-    conversation: the run ends them in the stream as it starts."""
-
-
-RESUMED_NOTHING = Resumed()
 
 
 class SessionRun:

@@ -19,7 +19,8 @@ from app.errors import AgentServerError, ConflictError, NotFoundError, StoreRefu
 from app.protocol import ErrorChunk, Message, SessionStatus, SubSessionRef
 from app.runtime.emitter import StreamWriter
 from app.runtime.outcome import SHUTDOWN, Outcome, Stop
-from app.runtime.session import Resumed, SessionRun
+from app.runtime.session import SessionRun
+from app.runtime.session_state import Resumed
 from app.runtime.stale import StaleCall, read_stale
 from app.runtime.subtree import close_subtree
 from app.store import SessionRecord, StateStore, StreamUpdate, WriteBatch, now_ms
