@@ -60,8 +60,8 @@ class TreeHost(Protocol):
 
 
 LEFT_FOR_A_RESUME: tuple[SessionStatus, ...] = ("paused_awaiting_client", "interrupted")
-"""The ends of a child running on its own that leave its tree's stream so once the root's turn
-has completed, in order of precedence."""
+"""The ends of a child running on its own (not inside a call of its parent's) that leave its
+tree's stream so once the root's turn has completed, in order of precedence."""
 
 
 class Tree:
@@ -169,7 +169,7 @@ class Tree:
         session here: the stream's status (the root's) and the lease given up. Whether it did."""
         if run.session_id == self.root_id:
             self.root_status = outcome.status
-        elif outcome.status in LEFT_FOR_A_RESUME and (
+        elif run.frame is not None and outcome.status in LEFT_FOR_A_RESUME and (
             self._left is None
             or LEFT_FOR_A_RESUME.index(outcome.status) < LEFT_FOR_A_RESUME.index(self._left)
         ):
