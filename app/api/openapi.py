@@ -34,7 +34,9 @@ from app.protocol.values import JSON_VALUE_SCHEMA, NO_NUL_PATTERN
 SCHEMAS = "#/components/schemas/"
 EXAMPLE_TEXT = "The garden is beautiful in spring. The old fence is broken."
 """What the examples of `POST /start` send."""
-MAX_EXAMPLE_AGENTS = 8
+MAX_EXAMPLE_AGENTS = 16
+"""Agents given an example each (the demo's all have one); a large registry stops there, so the
+document stays readable."""
 
 _JSON_OBJECT: dict[str, Any] = {
     "type": "object",
