@@ -152,6 +152,8 @@ def _describe_chats(
     """Name the registry's agents where the chat endpoints take one, and give an example turn
     per agent: a new chat (thread) with a user message."""
     names = [agent.name for agent in registry]
+    # A chat sends text: an example each for the agents that run on a message.
+    talkers = [name for name in names if _runs_on_text(registry, name)]
     chat = ai_sdk["requestBody"]["content"]["application/json"]
     assert chat["schema"] == {"$ref": SCHEMAS + ChatRequest.__name__}
     components[ChatRequest.__name__]["properties"]["agentType"]["enum"] = names
@@ -167,7 +169,7 @@ def _describe_chats(
                 "trigger": "submit-message",
             },
         }
-        for index, name in enumerate(names[:MAX_EXAMPLE_AGENTS])
+        for index, name in enumerate(talkers[:MAX_EXAMPLE_AGENTS])
     }
     (agent_type,) = [p for p in ag_ui["parameters"] if p["name"] == "agent_type"]
     agent_type["schema"] = {**agent_type["schema"], "enum": names}
@@ -228,8 +230,29 @@ def _examples(registry: AgentRegistry) -> dict[str, Any]:
     return examples
 
 
+def _runs_on_text(registry: AgentRegistry, name: str) -> bool:
+    """Whether the agent runs on a plain message (no input schema, or one a text fills)."""
+    model = registry.input_schema(name)
+    return model is None or any(_fits({field: EXAMPLE_TEXT}, model) for field in MESSAGE_FIELDS)
+
+
+def _fits(value: dict[str, Any], model: type[BaseModel]) -> bool:
+    try:
+        model.model_validate(value)
+    except ValidationError:
+        return False
+    return True
+
+
 def _fitting_input(model: type[BaseModel]) -> dict[str, Any] | None:
-    """An input `model` takes: the example text in the first message field it has."""
+    """An input `model` takes: the first example its schema gives, else the example text in
+    the first message field it has."""
+    for example in model.model_json_schema().get("examples", []):
+        try:
+            model.model_validate(example)
+        except ValidationError:
+            continue
+        return dict(example)
     for field in MESSAGE_FIELDS:
         candidate = {field: EXAMPLE_TEXT}
         try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 MAX_TEXT_CHARS = 20_000
 """The longest text the demo analyses, so one request cannot hold a worker for long."""
@@ -157,6 +157,8 @@ MAX_NIGHTS = 14
 class TripRequest(BaseModel):
     """A stay to plan: the `itinerary` agent's input."""
 
+    model_config = ConfigDict(json_schema_extra={"examples": [{"city": "Lisbon", "nights": 2}]})
+
     city: str = Field(min_length=1, max_length=60, description="The city, e.g. Lisbon.")
     nights: int = Field(ge=1, le=MAX_NIGHTS, description="How many nights.")
 
@@ -178,6 +180,12 @@ class Hotels(BaseModel):
 
 class BookingRequest(BaseModel):
     """A hotel to book: the input of `book` and of the `booker` agent."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"hotel": "Hotel Alfama Azul", "city": "Lisbon", "nights": 2}]
+        }
+    )
 
     hotel: str = Field(min_length=1, max_length=100, description="The hotel's name, verbatim.")
     city: str = Field(min_length=1, max_length=60, description="The hotel's city.")

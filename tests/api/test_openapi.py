@@ -214,9 +214,10 @@ def test_the_chat_endpoints_name_the_agents() -> None:
 
 async def test_the_chat_examples_run_the_demo_agents(demo: httpx.AsyncClient) -> None:
     chat = DOCUMENT["paths"]["/ai-sdk/chat"]["post"]["requestBody"]["content"]["application/json"]
+    # Every agent that runs on a message has one; the two that take a structured input do not.
     assert {e["value"]["agentType"] for e in chat["examples"].values()} == {
         agent.name for agent in REGISTRY
-    }
+    } - {"itinerary", "booker"}
     for example in chat["examples"].values():
         answer = await demo.post("/ai-sdk/chat", json=example["value"])
         assert answer.status_code == 200, answer.text
