@@ -169,9 +169,13 @@ class Tree:
         session here: the stream's status (the root's) and the lease given up. Whether it did."""
         if run.session_id == self.root_id:
             self.root_status = outcome.status
-        elif run.frame is not None and outcome.status in LEFT_FOR_A_RESUME and (
-            self._left is None
-            or LEFT_FOR_A_RESUME.index(outcome.status) < LEFT_FOR_A_RESUME.index(self._left)
+        elif (
+            run.frame is not None
+            and outcome.status in LEFT_FOR_A_RESUME
+            and (
+                self._left is None
+                or LEFT_FOR_A_RESUME.index(outcome.status) < LEFT_FOR_A_RESUME.index(self._left)
+            )
         ):
             self._left = outcome.status
         runs = self._runs

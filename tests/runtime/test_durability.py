@@ -35,9 +35,19 @@ from app.models import (
     ToolCall,
     ToolCallReady,
 )
-from app.protocol import AssistantMessage, ToolEndChunk, ToolMessage, ToolStartChunk
+from app.protocol import (
+    AssistantMessage,
+    ToolEndChunk,
+    ToolMessage,
+    ToolStartChunk,
+)
 from app.runtime.stale import STALE_CALL
-from app.store import MemoryStore, StateStore, WriteBatch, create_store
+from app.store import (
+    MemoryStore,
+    StateStore,
+    WriteBatch,
+    create_store,
+)
 from tests.databases import database_url
 from tests.support import check_invariants, check_tool_calls, until, until_status
 
