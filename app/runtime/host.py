@@ -23,8 +23,9 @@ from app.protocol import Message, SessionStatus
 from app.runtime.background import Background, background_children, restart
 from app.runtime.emitter import StreamWriter
 from app.runtime.handle import RunHandle
-from app.runtime.outcome import Outcome, Stop
+from app.runtime.outcome import SUSPENDED, Outcome, Stop, stopped_outcome
 from app.runtime.steps import appended
+from app.runtime.subtree import close_subtree
 from app.runtime.trees import Tree, Trees
 from app.store import SessionRecord, StateStore, StreamUpdate, WriteBatch, now_ms
 
@@ -32,6 +33,9 @@ if TYPE_CHECKING:
     from app.runtime.runtime import AgentRuntime
 
 logger = logging.getLogger(__name__)
+
+LEFT_OVER = "The process running it stopped after its root's turn had ended"
+"""The error of a session found running under a root that had stopped."""
 
 
 class Host:
@@ -227,6 +231,28 @@ class Host:
         except Exception:
             logger.exception("Taking over orphaned sessions failed")
 
+    async def _end_leftovers(self, record: SessionRecord) -> None:
+        """Give up the lease of a tree with nothing to run again. If a process died while
+        children still ran after their root's turn was over (stopping as it paused, say),
+        they end as that stop would have ended them, and the stream with the root's status."""
+        session_id = record.session_id
+        try:
+            ended = (await self.store.get_stream(record.stream_id)).status != "running"
+        except StreamNotFoundError:
+            ended = True
+        if ended or not record.is_root:
+            await self.store.release_session(session_id, self.owner_id)
+            return
+        batch = WriteBatch(fence=(session_id, self.owner_id), release=True)
+        if record.status == "paused_awaiting_client":
+            outcome = stopped_outcome(SUSPENDED)
+        else:
+            outcome = Outcome("failed", error=LEFT_OVER)
+        await close_subtree(self.store, self.registry, record, outcome, batch, now_ms())
+        batch.streams.append(StreamUpdate(record.stream_id, record.status))
+        logger.info("Session %s: ending what a dead process left running", session_id)
+        await self.store.commit(batch)
+
     async def take_over(self, session_id: str) -> RunHandle | None:
         """Run a tree whose server is gone again, from its root's last committed step; None if
         another process holds it (or it runs here, or has nothing running).
@@ -249,7 +275,7 @@ class Host:
             )
             root = record.is_root and record.status == "running"
             if not (root or background):
-                await self.store.release_session(session_id, self.owner_id)
+                await self._end_leftovers(record)
                 self.trees.forget(tree)
                 return None
             logger.info("Taking over session %s", session_id)
