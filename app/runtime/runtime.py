@@ -16,16 +16,13 @@ from time import monotonic
 from types import TracebackType
 from typing import Any, Literal, Self
 
-from app import observability
 from app.agents import AgentConfig, AgentRegistry
-from app.backoff import backoff_delay
 from app.errors import (
     ConflictError,
     LifecycleError,
     SessionExistsError,
     SessionNotResumableError,
     SessionRunningError,
-    StoreError,
     StreamNotFoundError,
 )
 from app.protocol import Message, SessionStatus
@@ -36,11 +33,10 @@ from app.protocol.api import (
 )
 from app.protocol.browser import SessionTreeView
 from app.protocol.values import clean_text
-from app.runtime.background import Background, background_children, restart
-from app.runtime.emitter import StreamWriter
+from app.runtime.background import Background, background_children
 from app.runtime.handle import RunHandle
+from app.runtime.host import Host
 from app.runtime.inputs import Answers
-from app.runtime.outcome import Outcome, Stop
 from app.runtime.pending import PAUSED, AnswerPlan, paused_tree, plan_answers
 from app.runtime.reader import StreamFollower
 from app.runtime.starting import SessionPlan, Started, existing_session, plan_session, resumption
@@ -90,16 +86,18 @@ class AgentRuntime:
         self.store: StateStore = store if store is not None else MemoryStore()
         self.owner_id = owner_id or f"runtime-{uuid.uuid4().hex[:12]}"
         self.lease_ms = lease_ms
-        self.takeover_interval = takeover_interval
-        self.flush_delay = flush_delay
         self.shutdown_timeout = shutdown_timeout
         """Seconds closing waits for the runs it stops before it cancels what is left."""
-        self.trees = Trees()
-        """Every tree this process runs (or is starting: a tree is never run twice here)."""
-        self._tasks: set[asyncio.Task[Any]] = set()
-        """The tasks of the runs this runtime started, until they end."""
-        self._background: set[asyncio.Task[Any]] = set()
-        self._remove_listener: Any = None
+        self.host = Host(
+            self,
+            registry,
+            self.store,
+            owner_id=self.owner_id,
+            lease_ms=lease_ms,
+            takeover_interval=takeover_interval,
+            flush_delay=flush_delay,
+        )
+        """The trees this process runs."""
         self._state: Literal["new", "open", "closed"] = "new"
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -112,12 +110,7 @@ class AgentRuntime:
         elif not self.store.is_open:
             raise LifecycleError("Open the store (async with store) before the runtime uses it")
         self._state = "open"
-        self._remove_listener = self.store.add_interrupt_listener(self._heard_interrupt)
-        self._spawn(self._renew_leases())
-        if self.takeover_interval is not None:
-            # Our own sessions from before a restart are resumed now, before anything can start.
-            await self._take_over_orphans_once(own=True)
-            self._spawn(self._take_over_orphans())
+        await self.host.open()
         return self
 
     async def __aexit__(
@@ -129,22 +122,7 @@ class AgentRuntime:
         if self._state != "open":
             return
         self._state = "closed"
-        self._remove_listener()
-        self.trees.give_up_all("the runtime closes")
-        for task in self._background:
-            task.cancel()
-        tasks = {*self._tasks, *self._background}
-        if tasks:
-            # A run waiting on a store that does not answer must not hold the process.
-            done, late = await asyncio.wait(tasks, timeout=self.shutdown_timeout)
-            for task in done:
-                if not task.cancelled():
-                    task.exception()  # retrieved: the run's own end has reported it
-            if late:
-                logger.warning("%d tasks did not stop in time; cancelling them", len(late))
-                for task in late:
-                    task.cancel()
-                await asyncio.wait(late, timeout=1.0)
+        await self.host.close(self.shutdown_timeout)
         if self._owns_store:
             await self.store.__aexit__(None, None, None)
 
@@ -154,46 +132,17 @@ class AgentRuntime:
                 "AgentRuntime is not running: use it as `async with AgentRuntime(...) as runtime`"
             )
 
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+    @property
+    def trees(self) -> Trees:
+        """Every tree this process runs."""
+        return self.host.trees
 
-    # -- trees ---------------------------------------------------------------------------------
-
-    def forget(self, tree: Tree) -> None:
-        """The tree no longer runs here."""
-        self.trees.forget(tree)
-
-    def track(self, task: asyncio.Task[Outcome]) -> None:
-        """A run started in a task of its own: closing waits for it."""
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    def _open_tree(self, root_id: str, last_sequence: int, *, leased_at: float) -> Tree:
-        """A tree to run here, with the writer of its stream (fenced by the tree's lease)."""
-        writer = StreamWriter(
-            self.store,
-            root_id,
-            last_sequence,
-            flush_delay=self.flush_delay,
-            fence=(root_id, self.owner_id),
-        )
-        return self.trees.add(Tree(self, root_id, writer, leased_at=leased_at))
-
-    def _launch(
-        self,
-        tree: Tree,
-        agent: AgentConfig,
-        record: SessionRecord,
-        messages: list[Message],
-        *,
-        stop: Stop | None = None,
-    ) -> RunHandle:
-        run = tree.new_run(agent, record, messages)
-        if stop is not None:
-            run.stop(stop)
-        return RunHandle(self, record.session_id, tree.start(run))
+    async def take_over(self, session_id: str) -> RunHandle | None:
+        """Run a tree whose server is gone again, from its root's last committed step; None if
+        another process holds it (or it runs here, or has nothing running). An interrupt
+        requested while it had no owner is honoured: it stops at once."""
+        self._check_open()
+        return await self.host.take_over(session_id)
 
     # -- starting and resuming -----------------------------------------------------------------
 
@@ -283,7 +232,7 @@ class AgentRuntime:
         session_id = record.session_id
         if session_id in self.trees:
             raise SessionExistsError(f"Session {session_id!r} already exists and runs here")
-        tree = self._open_tree(session_id, 0, leased_at=monotonic())
+        tree = self.host.open_tree(session_id, 0, leased_at=monotonic())
         try:
             created = self.store.submit(
                 WriteBatch(
@@ -298,7 +247,7 @@ class AgentRuntime:
             self.trees.forget(tree)
             raise
         tree.writer.follow(created)
-        handle = self._launch(tree, plan.agent, record, [first])
+        handle = self.host.launch(tree, plan.agent, record, [first])
         if not created.done():
             await self._landed(created, tree, handle)
         return handle
@@ -363,7 +312,7 @@ class AgentRuntime:
         claimed_at = monotonic()
         if session_id in self.trees:
             raise SessionRunningError(f"Session {session_id!r} is running")
-        tree = self._open_tree(session_id, 0, leased_at=claimed_at)
+        tree = self.host.open_tree(session_id, 0, leased_at=claimed_at)
         try:
             if not await self.store.claim_session(session_id, self.owner_id, self.lease_ms):
                 raise SessionRunningError(f"Session {session_id!r} is running in another process")
@@ -373,7 +322,7 @@ class AgentRuntime:
             tree.resume(plan.resumed)
             new_messages += plan.messages.pop(session_id, [])
             extra = await self._answers_below(plan)
-            return await self._reopen(
+            return await self.host.reopen(
                 tree, record, messages, new_messages, extra=extra, background=stopped, root=root
             )
         except BaseException:
@@ -398,7 +347,7 @@ class AgentRuntime:
         await tree.writer.commit(batch)
         tree.root_status = "running"
         config = self.registry.get(record.agent_type)
-        return self._launch(tree, config, record, messages + new_messages)
+        return self.host.launch(tree, config, record, messages + new_messages)
 
     async def _answers_below(self, plan: AnswerPlan) -> WriteBatch:
         """The answers to calls of the tree's other paused sessions: appended to their
@@ -408,41 +357,6 @@ class AgentRuntime:
             held = await self.store.load_messages(session_id)
             batch.messages.extend(appended(session_id, len(held), answers))
         return batch
-
-    async def _reopen(
-        self,
-        tree: Tree,
-        record: SessionRecord,
-        messages: list[Message],
-        new_messages: list[Message],
-        *,
-        stop: Stop | None = None,
-        extra: WriteBatch | None = None,
-        background: Sequence[Background] = (),
-        root: bool = True,
-    ) -> RunHandle:
-        """Run a stored tree again in `tree` (whose lease this process holds): its `background`
-        children, then its root (unless not `root`: the root has finished), after appending
-        `new_messages` to the root's conversation (and writing `extra` with it)."""
-        try:
-            last_sequence = (await self.store.get_stream(record.stream_id)).last_sequence
-        except StreamNotFoundError:
-            last_sequence = 0
-        tree.writer.restart(last_sequence)
-        tree.root_status = record.status
-        batch = extra or WriteBatch()
-        if root:
-            record = record.evolve(status="running", failure_reason=None, updated_at=now_ms())
-            tree.root_status = "running"
-            batch.updated_sessions.append(record)
-            batch.messages.extend(appended(record.session_id, len(messages), new_messages))
-        batch.streams.append(StreamUpdate(record.stream_id, "running"))
-        await tree.writer.commit(batch)
-        tasks = [await restart(tree, child, stop) for child in background]
-        if root:
-            config = self.registry.get(record.agent_type)
-            return self._launch(tree, config, record, messages + new_messages, stop=stop)
-        return RunHandle(self, background[0].record.session_id, tasks[0])
 
     # -- reading and control -------------------------------------------------------------------
 
@@ -490,98 +404,3 @@ class AgentRuntime:
         the longest wait for a wake-up before the store is read again."""
         self._check_open()
         return StreamFollower(self.store, stream_id, after=from_sequence, poll=poll)
-
-    def _heard_interrupt(self, session_id: str) -> None:
-        if self._heard_runs(session_id):
-            self._spawn(self._apply_interrupt(session_id))
-
-    def _heard_runs(self, session_id: str) -> bool:
-        """Whether a session an interrupt was heard for runs in this process."""
-        return session_id in self.trees or self.trees.find_run(session_id) is not None
-
-    async def _apply_interrupt(self, session_id: str) -> None:
-        # The notification is heard once: a failed read of the flag must not lose the interrupt,
-        # so it is read again (with backoff) for as long as the session still runs here.
-        attempt = 0
-        while True:
-            try:
-                flag = await self.store.check_interrupt_flag(session_id)
-                break
-            except StoreError:
-                attempt += 1
-                if not self._heard_runs(session_id):
-                    return
-                logger.warning("Checking the interrupt flag of %s failed; again", session_id)
-                await asyncio.sleep(backoff_delay(attempt, 0.05, 2.0))
-                if not self._heard_runs(session_id):
-                    return
-        if flag is None:
-            return
-        stop = Stop("interrupted", flag.reason)
-        tree = self.trees.get(session_id)
-        if tree is not None:
-            tree.stop_all(stop)  # the root's interrupt reaches every session of its tree
-            return
-        run = self.trees.find_run(session_id)
-        if run is not None:
-            run.stop(stop)
-
-    # -- leases and takeover -------------------------------------------------------------------
-
-    async def _renew_leases(self) -> None:
-        while True:
-            await asyncio.sleep(self.lease_ms / 3000)
-            await self.trees.renew(self.store, self.owner_id, self.lease_ms)
-
-    async def _take_over_orphans(self) -> None:
-        assert self.takeover_interval is not None
-        while True:
-            await asyncio.sleep(self.takeover_interval)
-            await self._take_over_orphans_once(own=False)
-
-    async def _take_over_orphans_once(self, *, own: bool) -> None:
-        try:
-            orphans = await self.store.orphaned_trees(owner_id=self.owner_id if own else None)
-            for record in orphans:
-                await self.take_over(record.session_id)
-        except Exception:
-            logger.exception("Taking over orphaned sessions failed")
-
-    async def take_over(self, session_id: str) -> RunHandle | None:
-        """Run a tree whose server is gone again, from its root's last committed step; None if
-        another process holds it (or it runs here, or has nothing running).
-
-        An interrupt requested while it had no owner is honoured: it stops at once.
-        """
-        self._check_open()
-        if session_id in self.trees:
-            return None
-        tree = self._open_tree(session_id, 0, leased_at=monotonic())
-        try:
-            if not await self.store.claim_session(session_id, self.owner_id, self.lease_ms):
-                self.trees.forget(tree)
-                return None
-            record = await self.store.get_session(session_id)
-            running: frozenset[SessionStatus] = frozenset({"running"})
-            background = (
-                await background_children(self.store, self.registry, session_id, running)
-                if record.is_root
-                else []
-            )
-            root = record.is_root and record.status == "running"
-            if not (root or background):
-                await self.store.release_session(session_id, self.owner_id)
-                self.trees.forget(tree)
-                return None
-            logger.info("Taking over session %s", session_id)
-            observability.takeover(session_id)
-            flag = await self.store.check_interrupt_flag(session_id)
-            messages = await self.store.load_messages(session_id) if root else []
-            await tree.read_stale()
-            stop = None if flag is None else Stop("interrupted", flag.reason)
-            return await self._reopen(
-                tree, record, messages, [], stop=stop, background=background, root=root
-            )
-        except BaseException:
-            self.trees.forget(tree)
-            raise

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections import Counter
@@ -35,9 +36,24 @@ from app.models import (
     ToolCall,
     ToolCallReady,
 )
-from app.protocol import AssistantMessage, ToolEndChunk, ToolMessage, ToolStartChunk
+from app.protocol import (
+    AssistantMessage,
+    SubSessionRef,
+    ToolEndChunk,
+    ToolMessage,
+    ToolStartChunk,
+)
 from app.runtime.stale import STALE_CALL
-from app.store import MemoryStore, StateStore, WriteBatch, create_store
+from app.store import (
+    MemoryStore,
+    RefUpsert,
+    SessionRecord,
+    StateStore,
+    StreamUpdate,
+    WriteBatch,
+    create_store,
+    now_ms,
+)
 from tests.databases import database_url
 from tests.support import check_invariants, check_tool_calls, until, until_status
 
@@ -475,3 +491,58 @@ async def until_chunk(store: StateStore, stream_id: str, chunk_type: str) -> Non
             return
         await asyncio.sleep(0.01)
     raise AssertionError(f"no {chunk_type} in {stream_id}")
+
+
+async def test_children_a_dead_process_left_running_under_a_paused_root_end_on_takeover(
+    opener: Any,
+) -> None:
+    """The root paused and its child was still stopping when the process died: nothing will
+    run the child again, so the takeover ends it as the pause would have (to start afresh on
+    resume), and the stream ends paused, instead of the tree being found orphaned forever."""
+    registry = build(Counter(), {})
+    dead = now_ms() - 60_000
+    root = SessionRecord(
+        session_id="r",
+        agent_type="root",
+        stream_id="r",
+        status="paused_awaiting_client",
+        created_at=dead,
+        updated_at=dead,
+        owner_id="dead",
+        lease_expires_at=dead,
+    )
+    child = dataclasses.replace(
+        root,
+        session_id="r-sub-call-0-0",
+        agent_type="worker",
+        status="running",
+        parent_session_id="r",
+        owner_id=None,
+        lease_expires_at=None,
+    )
+    ref = SubSessionRef(
+        sub_session_id=child.session_id,
+        agent_type="worker",
+        parent_tool_call_id="call-0-0",
+        status="running",
+        started_at=dead,
+    )
+    async with opener() as store:
+        await store.commit(
+            WriteBatch(
+                new_sessions=[root, child],
+                refs=[RefUpsert("r", ref)],
+                streams=[StreamUpdate("r", "running")],
+            )
+        )
+        async with AgentRuntime(registry, store=store, takeover_interval=0.05):
+            for _ in range(200):
+                if (await store.get_stream("r")).status != "running":
+                    break
+                await asyncio.sleep(0.01)
+        left = await store.get_session(child.session_id)
+        (ended,) = await store.get_sub_session_refs("r")
+        assert (await store.get_stream("r")).status == "paused_awaiting_client"
+        assert (left.status, left.failure_reason) == ("failed", "parent_suspended")
+        assert ended.status == "failed"
+        assert await store.orphaned_trees() == []
