@@ -204,6 +204,14 @@ class IdempotencyKeyReusedError(InvalidRequestError):
     code = "idempotency_key_reused"
 
 
+class AnswersDoNotFitError(InvalidRequestError):
+    """A resume's answers do not fit the calls the paused tree waits for (unknown or missing
+    answers, one given twice, a message where answers are due): the document cannot say which
+    calls wait, so a body it accepts may still be refused this way."""
+
+    code = "answers_do_not_fit"
+
+
 class UnsupportedMediaTypeError(AgentServerError):
     """Request bodies are JSON: send `Content-Type: application/json`."""
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from app.agents import AgentConfig, AgentRegistry, RemoteAgentTransport, Tool
-from app.errors import InvalidRequestError, RemoteAgentError
+from app.errors import AnswersDoNotFitError, RemoteAgentError
 from app.protocol import Message, SessionStatus, ToolCall, ToolMessage
 from app.protocol.api import PendingCall
 from app.runtime.background import background_children
@@ -165,9 +165,9 @@ class AnswerPlan:
 def plan_answers(paused: PausedTree, answers: Answers, root_id: str) -> AnswerPlan:
     """Check `answers` against the calls the tree waits for: each must answer a waiting call of
     its kind (a result for a client tool, a decision for an approval), and every waiting call
-    must get its answer, once. `InvalidRequestError` otherwise, before anything is written."""
+    must get its answer, once. `AnswersDoNotFitError` otherwise, before anything is written."""
     if answers.repeated is not None:
-        raise InvalidRequestError(answers.repeated)
+        raise AnswersDoNotFitError(answers.repeated)
     by_key = {(w.pending.session_id, w.pending.tool_call_id): w for w in paused.waiting}
     results = _keyed(answers.results, root_id)
     decisions = _keyed(answers.approvals, root_id)
@@ -179,7 +179,7 @@ def plan_answers(paused: PausedTree, answers: Answers, root_id: str) -> AnswerPl
         unknown = sorted(given - expected)
         if unknown:
             listed = ", ".join(_named(key) for key in sorted(expected)) or "none"
-            raise InvalidRequestError(
+            raise AnswersDoNotFitError(
                 f"{kind}: no call awaiting {what} has the id {_named(unknown[0])} "
                 f"(awaiting {what}: {listed})"
             )
@@ -187,7 +187,7 @@ def plan_answers(paused: PausedTree, answers: Answers, root_id: str) -> AnswerPl
         missing = sorted(expected - given)
         if missing:
             named = ", ".join(_named(key) for key in missing)
-            raise InvalidRequestError(f"{kind}: {what} is missing for {named}")
+            raise AnswersDoNotFitError(f"{kind}: {what} is missing for {named}")
     plan = AnswerPlan()
     approved: dict[str, set[str]] = {}
     answered: dict[str, list[tuple[ToolCall, ToolMessage]]] = {}
@@ -234,7 +234,7 @@ def _keyed(given: dict[tuple[str | None, str], Any], root_id: str) -> dict[tuple
     keyed = {(session or root_id, call): value for (session, call), value in given.items()}
     if len(keyed) < len(given):
         twice = sorted({call for session, call in given if session is None})
-        raise InvalidRequestError(f"{', '.join(twice)} answered more than once")
+        raise AnswersDoNotFitError(f"{', '.join(twice)} answered more than once")
     return keyed
 
 

@@ -25,8 +25,8 @@ from pydantic import JsonValue
 
 from app.agents import AgentConfig, AgentRegistry
 from app.errors import (
+    AnswersDoNotFitError,
     IdempotencyKeyReusedError,
-    InvalidRequestError,
     ParentSessionNotFoundError,
     SessionNotFoundError,
     SessionNotResumableError,
@@ -197,7 +197,7 @@ def resumption(
         )
     if record.status == "paused_awaiting_client":
         if message is not None:
-            raise InvalidRequestError(
+            raise AnswersDoNotFitError(
                 f"Session {session_id!r} waits for tool results or approvals, not a message"
             )
         return record, []

@@ -1,9 +1,11 @@
 """Schemathesis hooks for the fuzz test (loaded through `SCHEMATHESIS_HOOKS`).
 
-One failure is not the server's fault: the document cannot say that an `Idempotency-Key` is
-bound to the first body sent with it, so a generated request that reuses a key with another
-body is "valid" to the fuzzer and refused by the server (422 `idempotency_key_reused`, as the
-IETF idempotency-key draft asks). That refusal, and only it, is not a failure.
+Two refusals are not the server's fault, as the document cannot express what they depend on:
+an `Idempotency-Key` is bound to the first body sent with it, so a generated request that
+reuses a key with another body is "valid" to the fuzzer and refused by the server (422
+`idempotency_key_reused`, as the IETF idempotency-key draft asks); and a resume of a paused
+tree must answer exactly the calls it waits for, which depend on the run (422
+`answers_do_not_fit`). Those refusals, and only they, are not failures.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import schemathesis
 from schemathesis.core.failures import Failure
 from schemathesis.core.transport import Response
 from schemathesis.openapi.checks import RejectedPositiveData
+
+STATEFUL_REFUSALS = frozenset({"idempotency_key_reused", "answers_do_not_fit"})
 
 
 def error_code(response: Response) -> str | None:
@@ -33,6 +37,6 @@ def filter_failure(
     case: schemathesis.Case,
     response: Response,
 ) -> bool:
-    """Keep every failure but a reused idempotency key's 422."""
-    reused_key = response.status_code == 422 and error_code(response) == "idempotency_key_reused"
-    return not (isinstance(failure, RejectedPositiveData) and reused_key)
+    """Keep every failure but those two 422s."""
+    stateful = response.status_code == 422 and error_code(response) in STATEFUL_REFUSALS
+    return not (isinstance(failure, RejectedPositiveData) and stateful)
