@@ -262,7 +262,7 @@ async def test_client_tools_and_approvals_over_http(tmp_path: Path) -> None:
             "/resume/s", json={"toolResults": [{"toolCallId": "nope", "result": 1}]}
         )
         assert wrong.status_code == 422
-        assert wrong.json()["error"]["code"] == "invalid_request"
+        assert wrong.json()["error"]["code"] == "answers_do_not_fit"
         resumed = await client.post(
             "/resume/s",
             json={
