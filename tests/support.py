@@ -13,6 +13,7 @@ from app.protocol import (
     ErrorChunk,
     InterruptedChunk,
     OutputChunk,
+    StepRedoChunk,
     SubagentEndChunk,
     SubagentStartChunk,
     TextDeltaChunk,
@@ -49,6 +50,8 @@ def describe(chunk: Chunk) -> str:
         detail = repr(chunk.reason)
     elif isinstance(chunk, ToolPendingChunk):
         detail = f"{chunk.tool_name}#{chunk.tool_call_id} {chunk.reason}"
+    elif isinstance(chunk, StepRedoChunk):
+        detail = f"step {chunk.step} {chunk.reason}"
     else:
         assert_never(chunk)
     return f"{chunk.sequence} {chunk.agent_id} {chunk.type} {detail}"

@@ -108,7 +108,8 @@ function agentOf(id, type, parent) {
   let agent = view.agents.get(id);
   if (!agent) {
     agent = { id, type, parent, status: "running", buffer: "", tools: new Map(), el: null,
-              toolsDirty: new Set(), output: undefined, error: null };
+              toolsDirty: new Set(), output: undefined, error: null, textStep: null,
+              stepChars: 0 };
     view.agents.set(id, agent);
   }
   if (parent && !agent.parent) agent.parent = parent;
@@ -120,7 +121,16 @@ function apply(chunk) {
   const agent = agentOf(chunk.agentId, chunk.agentType, null);
   switch (chunk.type) {
     case "text_delta":
+      if (agent.textStep !== chunk.step) {
+        agent.textStep = chunk.step;
+        agent.stepChars = 0;
+      }
       agent.buffer += chunk.delta;
+      agent.stepChars += chunk.delta.length;
+      break;
+    case "step_redo":
+      // The step runs again: its earlier attempt's text goes.
+      if (agent.textStep === chunk.step) dropStepText(agent);
       break;
     case "tool_start":
       agent.tools.set(chunk.toolCallId, { name: chunk.toolName, args: chunk.arguments, state: "running" });
@@ -169,6 +179,19 @@ function apply(chunk) {
   }
   view.last = chunk.sequence;
   stats.chunks += 1;
+}
+
+function dropStepText(agent) {
+  let left = agent.stepChars;
+  const buffered = Math.min(left, agent.buffer.length);
+  agent.buffer = agent.buffer.slice(0, agent.buffer.length - buffered);
+  left -= buffered;
+  if (left > 0 && agent.text) {
+    const shown = Math.min(left, agent.text.length);
+    agent.text.deleteData(agent.text.length - shown, shown);
+  }
+  agent.textStep = null;
+  agent.stepChars = 0;
 }
 
 // Parse the complete SSE events received so far; keep an incomplete tail for later.

@@ -18,14 +18,14 @@ The events are the types of `app.protocol.ag_ui_events`, which the document desc
 
 Resuming after sequence N replays 1..N silently, then reopens what was open at N (subagents,
 steps, text messages with their ids), so the client's messages continue without repeats.
-A chunk type added later (a step redone after a crash) would map to closing the step's text
-message and opening a new one.
+A step that runs again (`step_redo`) finishes the step, sends a `CUSTOM` event `step_redo`
+naming the text messages of the void attempt, and starts the step anew.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 from app.protocol.ag_ui_events import (
@@ -38,6 +38,7 @@ from app.protocol.ag_ui_events import (
     RunFinished,
     StateDelta,
     StepFinished,
+    StepRedoEvent,
     StepStarted,
     SubagentError,
     SubagentFinished,
@@ -55,6 +56,7 @@ _Attributable = TypeVar(
     "_Attributable",
     StepStarted,
     StepFinished,
+    StepRedoEvent,
     TextMessageStart,
     TextMessageContent,
     TextMessageEnd,
@@ -75,6 +77,8 @@ class _Agent:
     step: int | None = None
     text_id: str | None = None
     last_text_id: str | None = None
+    step_text_ids: list[str] = field(default_factory=list)
+    """The text messages of the step in progress."""
     active: bool = True
     order: int = 0
 
@@ -175,6 +179,7 @@ class AgUiView:
         if kind == "text_delta":
             if agent.text_id is None:
                 agent.text_id = f"{agent.session_id}:{chunk['sequence']}"
+                agent.step_text_ids.append(agent.text_id)
                 events.append(self._text_start(agent, agent.text_id))
             delta: TextMessageContent = {
                 "type": "TEXT_MESSAGE_CONTENT",
@@ -222,6 +227,24 @@ class AgUiView:
             self._output = chunk.get("output")
         elif kind == "error" and agent.session_id == self.root_id:
             self._error = chunk["error"]
+        elif kind == "step_redo":
+            self._redo(agent, chunk, events)
+
+    def _redo(self, agent: _Agent, chunk: dict[str, Any], events: list[ChunkEvent]) -> None:
+        voided = agent.step_text_ids
+        self._end_step(agent, events)
+        redo: StepRedoEvent = {
+            "type": "CUSTOM",
+            "name": "step_redo",
+            "value": {
+                "stepName": f"step-{chunk['step']}",
+                "reason": chunk["reason"],
+                "messageIds": voided,
+            },
+        }
+        events.append(self._attributed(agent, redo))
+        agent.step = chunk["step"]
+        events.append(self._step_started(agent))
 
     def _tool_call(self, agent: _Agent, chunk: dict[str, Any], events: list[ChunkEvent]) -> None:
         call_id = self._call_id(agent, chunk["toolCallId"])
@@ -319,6 +342,7 @@ class AgUiView:
             events.append(self._attributed(agent, finished))
             agent.step = None
             agent.last_text_id = None
+            agent.step_text_ids = []
 
     def _state(self) -> dict[str, AgentEntry]:
         return {agent.session_id: self._entry(agent) for agent in self._agents.values()}

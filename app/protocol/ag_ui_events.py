@@ -142,6 +142,31 @@ class StepFinished(_AgentEvent):
 
 
 @with_config(_CONFIG)
+class StepRedo(TypedDict):
+    """A step that runs again."""
+
+    stepName: str
+    """`step-<n>`."""
+    reason: Literal["takeover", "model_retry"]
+    """Why: its process died before saving it, or its model call was retried."""
+    messageIds: list[str]
+    """The text messages of the step's earlier attempt, to drop."""
+
+
+@with_config(_CONFIG)
+class StepRedoEvent(_AgentEvent):
+    """An agent's step runs again: what its earlier attempt streamed is void. It comes after
+    that attempt's `STEP_FINISHED` and before the new `STEP_STARTED`."""
+
+    type: Literal["CUSTOM"]
+    """`CUSTOM`."""
+    name: Literal["step_redo"]
+    """`step_redo`."""
+    value: StepRedo
+    """Which step, and the text messages to drop."""
+
+
+@with_config(_CONFIG)
 class TextMessageStart(_AgentEvent):
     """An agent begins a run of text."""
 
@@ -361,6 +386,7 @@ ChunkEvent = (
     StateDelta
     | StepStarted
     | StepFinished
+    | StepRedoEvent
     | TextMessageStart
     | TextMessageContent
     | TextMessageEnd

@@ -16,8 +16,9 @@ assistant message per connection, whose parts are built from the chunks.
 
 Chunks are read as JSON dicts (camelCase, as stored): the view never builds the typed models.
 The parts it sends are the types of `app.protocol.ai_sdk_parts`, which the document describes.
-A chunk type added later (a step that is redone after a crash, say) is ignored until mapped
-here: a `text-start` of a new id would let a UI drop the abandoned text part.
+A step that runs again (`step_redo`) ends the root's step and starts it anew, with a
+`data-redo` part naming the text parts of the void attempt; a sub-agent's part loses that
+text. Chunk types added later are ignored until mapped here.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from app.protocol.ai_sdk_parts import (
     AgentStatus,
     AgentToolCall,
     DataAgentPart,
+    DataRedoPart,
     FinishReason,
     UIPart,
 )
@@ -59,6 +61,9 @@ class _Agent:
     call_id: str
     status: AgentStatus = "running"
     text: str = ""
+    text_step: int | None = None
+    """The step of the last text, which starts at `step_text` in `text`."""
+    step_text: int = 0
     tools: dict[str, AgentToolCall] = field(default_factory=dict)
     output: Any = None
     error: str | None = None
@@ -90,6 +95,8 @@ class UIMessageView:
         self.message_id = message_id
         self._text_id: str | None = None
         self._step: int | None = None
+        self._step_text_ids: list[str] = []
+        """The root's text parts of the step in progress."""
         self._agents: dict[str, _Agent] = {}
         self._changed: dict[str, _Agent] = {}
         self._last = 0
@@ -168,9 +175,11 @@ class UIMessageView:
                 parts.append({"type": "finish-step"})
             parts.append({"type": "start-step"})
             self._step = chunk["step"]
+            self._step_text_ids = []
         if kind == "text_delta":
             if self._text_id is None:
                 self._text_id = f"{chunk['agentId']}:{chunk['sequence']}"
+                self._step_text_ids.append(self._text_id)
                 parts.append({"type": "text-start", "id": self._text_id})
             parts.append({"type": "text-delta", "id": self._text_id, "delta": chunk["delta"]})
             return
@@ -216,6 +225,11 @@ class UIMessageView:
             parts.append({"type": "data-output", "id": self.root_id, "data": chunk["output"]})
         elif kind == "error":
             parts.append({"type": "error", "errorText": chunk["error"]})
+        elif kind == "step_redo":
+            parts.append({"type": "finish-step"})
+            parts.append({"type": "start-step"})
+            parts.append(_redo(chunk, self._step_text_ids))
+            self._step_text_ids = []
 
     def _child(self, chunk: dict[str, Any]) -> None:
         agent = self._agents.get(chunk["agentId"])
@@ -224,6 +238,8 @@ class UIMessageView:
             self._agents[agent.session_id] = agent
         kind = chunk["type"]
         if kind == "text_delta":
+            if agent.text_step != chunk["step"]:
+                agent.text_step, agent.step_text = chunk["step"], len(agent.text)
             agent.text += chunk["delta"]
         elif kind in ("tool_start", "tool_pending"):
             agent.tools[chunk["toolCallId"]] = {
@@ -251,6 +267,9 @@ class UIMessageView:
             agent.status, agent.error = "failed", chunk["error"]
         elif kind == "interrupted":
             agent.status = "interrupted"
+        elif kind == "step_redo":
+            if agent.text_step == chunk["step"]:
+                agent.text, agent.text_step = agent.text[: agent.step_text], None
         else:
             return
         self._changed[agent.session_id] = agent
@@ -259,3 +278,17 @@ class UIMessageView:
         if self._text_id is not None:
             parts.append({"type": "text-end", "id": self._text_id})
             self._text_id = None
+
+
+def _redo(chunk: dict[str, Any], text_ids: list[str]) -> DataRedoPart:
+    session_id, step = chunk["agentId"], chunk["step"]
+    return {
+        "type": "data-redo",
+        "id": f"{session_id}:{step}",
+        "data": {
+            "sessionId": session_id,
+            "step": step,
+            "reason": chunk["reason"],
+            "textIds": list(text_ids),
+        },
+    }

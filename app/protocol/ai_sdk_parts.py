@@ -234,6 +234,33 @@ class DataCursorPart(TypedDict):
 
 
 @with_config(_CONFIG)
+class Redo(TypedDict):
+    """A step that runs again."""
+
+    sessionId: str
+    """The agent whose step it is."""
+    step: int
+    """The step."""
+    reason: Literal["takeover", "model_retry"]
+    """Why: its process died before saving it, or its model call was retried."""
+    textIds: list[str]
+    """The root's text parts of the step's earlier attempt, to drop (a sub-agent's
+    `data-agent` part is sent again without that text)."""
+
+
+@with_config(_CONFIG)
+class DataRedoPart(TypedDict):
+    """An agent's step runs again: what its earlier attempt streamed is void."""
+
+    type: Literal["data-redo"]
+    """`data-redo`."""
+    id: str
+    """`<session id>:<step>`."""
+    data: Redo
+    """Which step, and the text parts to drop."""
+
+
+@with_config(_CONFIG)
 class ErrorPart(TypedDict):
     """The root agent failed."""
 
@@ -267,6 +294,7 @@ UIPart = Annotated[
     | DataAgentPart
     | DataOutputPart
     | DataCursorPart
+    | DataRedoPart
     | ErrorPart
     | FinishPart,
     Field(discriminator="type"),

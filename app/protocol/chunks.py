@@ -133,6 +133,18 @@ class ToolPendingChunk(BaseChunk):
     """`client` for a client tool's result, `approval` for an approval."""
 
 
+class StepRedoChunk(BaseChunk):
+    """The agent's step (`step`) runs again: what the agent streamed for that step before this
+    chunk is void (partial text, calls), and the step's new attempt follows. See
+    docs/architecture.md, "Redone steps"."""
+
+    type: Literal["step_redo"] = "step_redo"
+    """`step_redo`."""
+    reason: Literal["takeover", "model_retry"]
+    """`takeover`: the process running the step died before saving it, and another took the
+    session over; `model_retry`: the model call failed after streaming and was retried."""
+
+
 Chunk = Annotated[
     TextDeltaChunk
     | ToolStartChunk
@@ -142,7 +154,8 @@ Chunk = Annotated[
     | OutputChunk
     | ErrorChunk
     | InterruptedChunk
-    | ToolPendingChunk,
+    | ToolPendingChunk
+    | StepRedoChunk,
     Field(discriminator="type"),
 ]
 """Any stream chunk."""

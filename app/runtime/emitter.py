@@ -74,6 +74,8 @@ class StreamWriter:
         self._leader: asyncio.Future[None] | None = None
         self._behind: list[tuple[WriteBatch, bool, asyncio.Future[None]]] = []
         """Batches submitted while the leader is landing, in order, with their outcomes."""
+        self._texted: dict[str, int] = {}
+        """Per agent, the last step whose text has left the queue (has a sequence)."""
 
     def restart(self, last_sequence: int) -> None:
         """Continue the stream after `last_sequence`: what the store holds when a stopped tree
@@ -147,9 +149,10 @@ class StreamWriter:
                 self.flush_delay, self._flush_soon
             )
 
-    def retract_text(self, agent_id: str, step: int) -> None:
+    def retract_text(self, agent_id: str, step: int) -> bool:
         """Drop the agent's queued text deltas of `step` (a model call starting again). Queued
-        chunks have no sequence yet and no reader has seen them, so nothing leaves a gap."""
+        chunks have no sequence yet and no reader has seen them, so nothing leaves a gap.
+        Whether some of that text had left the queue already (readers may have seen it)."""
         self._queue = [
             item
             for item in self._queue
@@ -159,6 +162,10 @@ class StreamWriter:
                 and item.step == step
             )
         ]
+        if self._texted.get(agent_id) != step:
+            return False
+        del self._texted[agent_id]
+        return True
 
     def _take(self) -> list[Chunk]:
         sequence = self._last
@@ -171,6 +178,8 @@ class StreamWriter:
             fields["agent_type"] = item.agent_type
             fields["step"] = item.step
             fields["timestamp"] = item.timestamp
+            if item.chunk_type is TextDeltaChunk:
+                self._texted[item.agent_id] = item.step
             chunks.append(item.chunk_type.trusted(fields))
         self._queue = []
         self._last = sequence

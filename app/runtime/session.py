@@ -34,6 +34,7 @@ from app.protocol import (
     InterruptedChunk,
     Message,
     OutputChunk,
+    StepRedoChunk,
     SubSessionRef,
     TextDeltaChunk,
     ToolCall,
@@ -123,6 +124,9 @@ class SessionRun:
         self._stale: dict[str, StaleCall] = {}
         """After a takeover: the calls of a step the dead process never committed, left open
         in the stream; the step's next model call takes them up (`stale.redo`)."""
+        self._begun = 0
+        """After a takeover: the last step the dead process streamed in. When it is the step
+        about to run, the step is redone, and the stream says so (`step_redo`)."""
         self._open_calls: dict[str, str] = {}
         """The calls (id: tool name) whose `tool_start` the stream has with no `tool_end` yet: a
         session that ends stopped or failed ends them (§10: every `tool_start` is closed)."""
@@ -195,11 +199,14 @@ class SessionRun:
         task = asyncio.current_task()
         assert task is not None
         self.task = task
-        for call_id, call in self.tree.take_stale(self.session_id).items():
-            # Open in the stream: the run ends them, or the session's end does.
-            self._open_calls[call_id] = call.name
-            if call_id not in self._call_ids:
-                self._stale[call_id] = call
+        left = self.tree.take_stale(self.session_id)
+        if left is not None:
+            for call_id, call in left.calls.items():
+                # Open in the stream: the run ends them, or the session's end does.
+                self._open_calls[call_id] = call.name
+                if call_id not in self._call_ids:
+                    self._stale[call_id] = call
+            self._begun = left.step
         hooks = self.agent.hooks
         try:
             if hooks.on_agent_start is not None:
@@ -268,6 +275,9 @@ class SessionRun:
         await self._read_news()
         self.tree.check_lease()
         self._step = self.record.step_count + 1
+        if self._begun == self._step:
+            self.emit(StepRedoChunk, reason="takeover")
+        self._begun = 0
         request = ModelRequest(
             session_id=self.session_id,
             agent_type=self.agent.name,
@@ -359,7 +369,8 @@ class SessionRun:
         self.emit(TextDeltaChunk, delta=delta)
 
     def _retracted(self) -> None:
-        self.tree.writer.retract_text(self.session_id, self._step)
+        if self.tree.writer.retract_text(self.session_id, self._step):
+            self.emit(StepRedoChunk, reason="model_retry")
 
     # -- tools phase ---------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from app.agents import AgentConfig
 from app.protocol import AssistantMessage, Message, SubSessionRef, ToolCall, ToolMessage
 from app.runtime.children import TreeServices
 from app.runtime.outcome import Outcome
-from app.runtime.stale import StaleCall
+from app.runtime.stale import Leftovers
 from app.store import SessionRecord, WriteBatch
 
 if TYPE_CHECKING:
@@ -66,8 +66,8 @@ class SessionTree(TreeServices, Protocol):
         """Add to `batch`, the end of `run`, what ends the tree when it is the tree's last run
         here (the stream's status, the lease given up); whether it did."""
 
-    def take_stale(self, session_id: str) -> dict[str, StaleCall]:
-        """The session's calls a dead process left open in the stream (given once)."""
+    def take_stale(self, session_id: str) -> Leftovers | None:
+        """What a dead process left of the session in the stream (given once)."""
 
 
 @dataclass(frozen=True, slots=True)

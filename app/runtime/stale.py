@@ -1,16 +1,18 @@
-"""Calls a dead process left open in a stream, taken up when their sessions run again.
+"""What a dead process left in a stream, taken up when its sessions run again.
 
-A process that dies in a step it never committed leaves that step's `tool_start` chunks in the
-stream with no `tool_end`. On takeover the step runs again, and the model may answer it
-otherwise. Each session that runs again takes up its own open calls: a call of the redone step
-with the same id, tool and arguments is the same call (announced again and ended by its run);
-every other one is ended with `STALE_CALL`, and a new call that took its id gets another, so an
-id never names two calls in a stream. See docs/architecture.md, "Trees and leases".
+A process that dies in a step it never committed leaves that step's chunks in the stream: its
+text, and `tool_start` chunks with no `tool_end`. On takeover the step runs again, and the model
+may answer it otherwise. Each session that runs again takes up its own leftovers: a redone step
+opens with a `step_redo` chunk, which tells readers to drop what the step streamed before; a
+call of the redone step with the same id, tool and arguments is the same call (announced again
+and ended by its run); every other open call is ended with `STALE_CALL`, and a new call that
+took its id gets another, so an id never names two calls in a stream. See
+docs/architecture.md, "Trees and leases" and "Redone steps".
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pydantic import JsonValue
 
@@ -33,13 +35,27 @@ class StaleCall:
     arguments: JsonValue
 
 
-async def read_stale(store: StateStore, stream_id: str) -> dict[str, dict[str, StaleCall]]:
-    """The calls left open in the stream, by session and call id."""
+@dataclass(slots=True)
+class Leftovers:
+    """What the stream holds of one session."""
+
+    calls: dict[str, StaleCall] = field(default_factory=dict)
+    """The calls left open, by id."""
+    step: int = 0
+    """The step of the session's last chunk: when it is the step the session runs next, that
+    step was begun and never saved. (The last chunk, not the highest step: a continued
+    session numbers its steps from 1 again.)"""
+
+
+async def read_stale(store: StateStore, stream_id: str) -> dict[str, Leftovers]:
+    """What the stream holds of each session: its open calls and its last step."""
     opened: dict[tuple[str, str], StaleCall] = {}
+    steps: dict[str, int] = {}
     after = 0
     while True:
         page = await store.read_chunks(stream_id, after=after, limit=PAGE)
         for chunk in page:
+            steps[chunk.agent_id] = chunk.step
             if isinstance(chunk, ToolStartChunk):
                 key = (chunk.agent_id, chunk.tool_call_id)
                 opened[key] = StaleCall(chunk.tool_name, chunk.arguments)
@@ -48,9 +64,9 @@ async def read_stale(store: StateStore, stream_id: str) -> dict[str, dict[str, S
         if len(page) < PAGE:
             break
         after = page[-1].sequence
-    by_session: dict[str, dict[str, StaleCall]] = {}
+    by_session = {session_id: Leftovers(step=step) for session_id, step in steps.items()}
     for (session_id, call_id), call in opened.items():
-        by_session.setdefault(session_id, {})[call_id] = call
+        by_session[session_id].calls[call_id] = call
     return by_session
 
 

@@ -21,7 +21,7 @@ from app.runtime.emitter import StreamWriter
 from app.runtime.outcome import SHUTDOWN, Outcome, Stop
 from app.runtime.session import SessionRun
 from app.runtime.session_state import Resumed
-from app.runtime.stale import StaleCall, read_stale
+from app.runtime.stale import Leftovers, read_stale
 from app.runtime.subtree import close_subtree
 from app.store import SessionRecord, StateStore, StreamUpdate, WriteBatch, now_ms
 
@@ -93,7 +93,7 @@ class Tree:
         """Whether a run of the tree was started on its own here."""
         self._lease_until = 0.0
         self.leased(leased_at)
-        self._stale: dict[str, dict[str, StaleCall]] = {}
+        self._stale: dict[str, Leftovers] = {}
         """For a tree taken over: each session's calls a dead process left open."""
 
     @property
@@ -124,13 +124,13 @@ class Tree:
         return run
 
     async def read_stale(self) -> None:
-        """Before a takeover runs the tree again: note the calls a dead process left open in
-        its stream (see `stale`)."""
+        """Before a takeover runs the tree again: note what a dead process left in its stream
+        (see `stale`)."""
         self._stale = await read_stale(self.store, self.root_id)
 
-    def take_stale(self, session_id: str) -> dict[str, StaleCall]:
-        """The calls of the session a dead process left open in the stream (given once)."""
-        return self._stale.pop(session_id, {}) if self._stale else {}
+    def take_stale(self, session_id: str) -> Leftovers | None:
+        """What a dead process left of the session in the stream (given once)."""
+        return self._stale.pop(session_id, None) if self._stale else None
 
     def resume(self, resumed: dict[str, Resumed]) -> None:
         """What a resume of the paused tree leaves each session for its next run."""

@@ -237,7 +237,7 @@ async def test_agents_health_and_openapi(client: httpx.AsyncClient) -> None:
         "/readyz",
     }
     chunk = document["components"]["schemas"]["Chunk"]
-    assert len(chunk["oneOf"]) == 9
+    assert len(chunk["oneOf"]) == 10
     assert chunk["discriminator"]["propertyName"] == "type"
 
 

@@ -112,7 +112,7 @@ def test_the_stream_is_described_per_event() -> None:
         "$ref": "#/components/schemas/StreamEnd"
     }
     assert set(SCHEMAS["StreamEnd"]["required"]) == {"status"}
-    assert len(SCHEMAS["Chunk"]["oneOf"]) == 9
+    assert len(SCHEMAS["Chunk"]["oneOf"]) == 10
 
 
 async def test_a_real_stream_fits_its_description(demo: httpx.AsyncClient) -> None:

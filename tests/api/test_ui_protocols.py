@@ -20,7 +20,17 @@ from pydantic import BaseModel
 
 from app import AgentRegistry, create_sub_agent_tool, define_agent
 from app.agents import AgentConfig
-from app.models import FunctionModel, ModelRequest, ModelResponse, ToolCall
+from app.errors import TransientModelError
+from app.models import (
+    FunctionModel,
+    Model,
+    ModelEvent,
+    ModelRequest,
+    ModelResponse,
+    RetryingModel,
+    TextDelta,
+    ToolCall,
+)
 from app.protocol import ToolMessage
 from app.settings import Settings
 from tests.api.conftest import Server, read_stream, serve
@@ -83,6 +93,24 @@ def tree(latency: float) -> AgentConfig:
     )
 
 
+def retrier() -> AgentConfig:
+    """retrier: its model's first attempt streams text, which reaches the stream, then fails;
+    the retry answers in full."""
+
+    attempts: Counter[str] = Counter()
+
+    class Flaky(Model):
+        async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+            attempts[request.session_id] += 1
+            yield TextDelta("A first try")
+            if attempts[request.session_id] == 1:
+                await asyncio.sleep(0.3)  # the stream's flush takes the text
+                raise TransientModelError("connection lost")
+            yield TextDelta(" that works.")
+
+    return define_agent("retrier", model=RetryingModel(Flaky(), base_delay=0.01))
+
+
 def node_or_skip() -> str:
     node = shutil.which("node")
     if node is None or not (JS / "node_modules").is_dir():
@@ -117,7 +145,7 @@ async def server(tmp_path: Path) -> AsyncIterator[Server]:
         stream_heartbeat=0.5,
         stream_poll=0.2,
     )
-    registry = AgentRegistry([tree(latency=0.3), client_agent(Counter())])
+    registry = AgentRegistry([tree(latency=0.3), client_agent(Counter()), retrier()])
     async with serve(registry, calls, settings) as running:
         yield running
 
@@ -174,6 +202,47 @@ async def test_use_chat_renders_a_tree_run(server: Server) -> None:
     assert user["parts"] == [{"type": "text", "text": "hello"}]
     check_tree_message(assistant, "c1")
     assert [p["type"] for p in assistant["parts"] if p["type"] == "data-output"] == []
+
+
+async def test_use_chat_hears_of_a_step_that_runs_again(server: Server) -> None:
+    result = await run_node("ai_sdk.mjs", server.url, "chat", "c-redo", "retrier")
+    assert result["errors"] == []
+    _, assistant = result["messages"]
+    # useChat keeps the void attempt's text part; the data-redo part after it says to drop it.
+    assert assistant["parts"] == [
+        {"type": "text", "text": "A first try"},
+        {
+            "type": "data-redo",
+            "id": "c-redo:1",
+            "data": {
+                "sessionId": "c-redo",
+                "step": 1,
+                "reason": "model_retry",
+                "textIds": ["c-redo:1"],
+            },
+        },
+        {"type": "text", "text": "A first try that works."},
+    ]
+
+
+async def test_ag_ui_hears_of_a_step_that_runs_again(server: Server) -> None:
+    result = await run_node("ag_ui.mjs", server.url, "run", "g-redo", "retrier")
+    (run,) = result["runs"]
+    assert run["ok"], run
+    assert run["finished"]["result"] == "A first try that works."
+    assert run["types"][2:9] == [
+        "STEP_STARTED",
+        "TEXT_MESSAGE_START",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_END",
+        "STEP_FINISHED",
+        "CUSTOM",
+        "STEP_STARTED",
+    ]
+    assert [m["content"] for m in result["messages"] if m["role"] == "assistant"] == [
+        "A first try",
+        "A first try that works.",
+    ]
 
 
 async def test_use_chat_resumes_a_cut_turn_without_repeats(server: Server) -> None:

@@ -20,6 +20,7 @@ from app.protocol import (
     ErrorChunk,
     InterruptedChunk,
     OutputChunk,
+    StepRedoChunk,
     SubagentEndChunk,
     SubagentStartChunk,
     TextDeltaChunk,
@@ -91,6 +92,10 @@ def pending(agent: str, step: int, call_id: str, reason: str) -> ToolPendingChun
     )
 
 
+def redo(agent: str, step: int, reason: str) -> StepRedoChunk:
+    return StepRedoChunk(**common(agent, step), reason=reason)
+
+
 def child_start(parent: str, step: int, child: str, call_id: str) -> SubagentStartChunk:
     return SubagentStartChunk(
         **common(parent, step), sub_agent_type="mid", sub_session_id=child, call_id=call_id
@@ -108,12 +113,17 @@ def child_end(parent: str, step: int, child: str, call_id: str, result: Any) -> 
 
 
 def tree_run() -> list[dict[str, Any]]:
-    """A root that writes, delegates to a child (which writes, calls tools, has a grandchild,
-    and finishes) and to another child that fails, calls tools of its own, and then pauses."""
+    """A root that writes (its step redone once), delegates to a child (which writes, has its
+    step redone, calls tools, has a grandchild, and finishes) and to another child that fails,
+    calls tools of its own, and then pauses."""
     return chunks(
+        text(ROOT, 1, "Let me"),
+        redo(ROOT, 1, "model_retry"),
         text(ROOT, 1, "Let me ask. "),
         call(ROOT, 1, "c1", {"message": "one"}),
         child_start(ROOT, 1, CHILD, "c1"),
+        text(CHILD, 1, "chi"),
+        redo(CHILD, 1, "takeover"),
         text(CHILD, 1, "child text"),
         call(CHILD, 1, "k", {"q": 1}),
         ended(CHILD, 1, "k", result={"found": [1, 2]}),
@@ -259,3 +269,42 @@ def test_each_chat_route_documents_its_view() -> None:
                 }, (path, method)
             else:
                 assert path == "/stream/{stream_id}", path
+
+
+def test_a_redone_step_voids_its_earlier_text_in_both_views() -> None:
+    run = tree_run()[:9]
+    parts = ai_sdk_events(run, "interrupted", 0)
+    kinds = [part["type"] for part in parts]
+    redo_at = kinds.index("data-redo")
+    assert kinds[redo_at - 4 : redo_at + 2] == [
+        "text-delta",
+        "text-end",
+        "finish-step",
+        "start-step",
+        "data-redo",
+        "text-start",
+    ]
+    assert parts[redo_at]["data"] == {
+        "sessionId": ROOT,
+        "step": 1,
+        "reason": "model_retry",
+        "textIds": [f"{ROOT}:1"],
+    }
+    agents = [part["data"] for part in parts if part["type"] == "data-agent"]
+    assert agents[-1]["text"] == "child text"
+
+    events = ag_ui_events(run, "interrupted", 0)
+    redos = [event for event in events if event["type"] == "CUSTOM"]
+    assert [(e.get("subagentRunId"), e["value"]) for e in redos] == [
+        (None, {"stepName": "step-1", "reason": "model_retry", "messageIds": [f"{ROOT}:1"]}),
+        (CHILD, {"stepName": "step-1", "reason": "takeover", "messageIds": [f"{CHILD}:6"]}),
+    ]
+    root_events = [e["type"] for e in events if "subagentRunId" not in e][:8]
+    assert root_events[2:8] == [
+        "STEP_STARTED",
+        "TEXT_MESSAGE_START",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_END",
+        "STEP_FINISHED",
+        "CUSTOM",
+    ]

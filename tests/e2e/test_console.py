@@ -23,7 +23,7 @@ from app import AgentRegistry
 from app.api.routes.console import CONSOLE
 from app.settings import Settings
 from tests.api.conftest import serve
-from tests.api.test_ui_protocols import EXPECTED_TEXT, run_node, tree
+from tests.api.test_ui_protocols import EXPECTED_TEXT, retrier, run_node, tree
 from tests.e2e.test_browser import chromium_or_skip
 from tests.runtime.agents import Calls
 from tests.runtime.test_client_tools import client_agent
@@ -70,7 +70,7 @@ async def test_the_console_runs_watches_interrupts_resumes_and_answers(tmp_path:
     chromium_or_skip()
     calls = Calls()
     # Slow enough that the interrupt lands while the tree runs, even on a busy machine.
-    registry = AgentRegistry([tree(latency=0.8), client_agent(Counter())])
+    registry = AgentRegistry([tree(latency=0.8), client_agent(Counter()), retrier()])
     async with static_origin() as origin:
         settings = Settings(
             database_url=f"sqlite+aiosqlite:///{tmp_path / 'console.db'}",
@@ -112,8 +112,9 @@ async def test_the_console_runs_watches_interrupts_resumes_and_answers(tmp_path:
     assert steps["pending"]["calls"] == ["q", "p"]
     assert steps["answered"]["text"] == "city=Oslo pay=paid 5"
     assert steps["answered"]["pendingHidden"] is True
-    # (A third run when a screenshot was asked for.)
-    assert [s["agentType"] for s in listed][-2:] == ["shopper", "boss"]
+    assert steps["redone"]["text"] == "A first try that works."
+    # (A fourth run when a screenshot was asked for.)
+    assert [s["agentType"] for s in listed][-3:] == ["retrier", "shopper", "boss"]
     assert {s["status"] for s in listed} == {"completed"}
 
 

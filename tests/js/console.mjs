@@ -4,7 +4,8 @@
 //   node console.mjs <console url> <api key> [screenshot path]
 //
 // Starts a tree run from the page, watches it live, interrupts it, resumes it to the end; then
-// starts a run that pauses for a client tool and an approval, and answers both in the form.
+// starts a run that pauses for a client tool and an approval, and answers both in the form;
+// then a run whose step is redone.
 import { chromium } from "playwright-core";
 
 const [url, key, screenshot] = process.argv.slice(2);
@@ -71,6 +72,19 @@ try {
     text: await page.textContent(`.agent[data-id="${shopper}"] > .text`),
     pendingHidden: await page.$eval("#pending", (el) => el.hidden),
   });
+
+  // A run whose model call is retried after its text was shown: the void text goes.
+  await page.selectOption("#agent", "retrier");
+  await page.fill("#message", "try");
+  await page.click("#start-button");
+  await page.waitForFunction(() => {
+    const title = document.querySelector("#title").textContent;
+    const text = document.querySelector(`.agent[data-id="${title}"] > .text`);
+    return text && text.textContent.endsWith("works.") &&
+      document.querySelector("#status").classList.contains("completed");
+  }, null, { timeout: 30000 });
+  const retried = await page.textContent("#title");
+  step("redone", { text: await page.textContent(`.agent[data-id="${retried}"] > .text`) });
 
   if (screenshot) {
     // A run left alone, for the README.

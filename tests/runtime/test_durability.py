@@ -55,7 +55,7 @@ from app.store import (
     now_ms,
 )
 from tests.databases import database_url
-from tests.support import check_invariants, check_tool_calls, until, until_status
+from tests.support import check_invariants, check_tool_calls, snapshot, until, until_status
 
 
 class Job(BaseModel):
@@ -473,6 +473,13 @@ async def test_a_step_redone_otherwise_after_a_crash_ends_the_calls_it_left_open
         chunks = [chunk async for chunk in heir.follow("n")]
         messages = await store.load_messages("n")
 
+    # The heir says the step runs again before it streams the step anew.
+    assert [line.split(" ", 1)[1] for line in snapshot(chunks)[:3]] == [
+        'n tool_start nap#x {"seconds":30.0}',
+        "n step_redo step 1 takeover",
+        "n tool_end nap#x error='The process running this call stopped before its step was "
+        "saved: the step runs again'",
+    ]
     calls = [(c.tool_call_id, c.arguments) for c in chunks if isinstance(c, ToolStartChunk)]
     ends = [(c.tool_call_id, c.error) for c in chunks if isinstance(c, ToolEndChunk)]
     assert calls == [("x", {"seconds": 30.0}), ("call-0-0", {"seconds": 0.0})]

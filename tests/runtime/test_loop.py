@@ -363,3 +363,26 @@ async def test_a_retried_model_call_commits_only_the_last_attempt() -> None:
         "1 s text_delta 'Two plus three is five.'",
         '2 s output "Two plus three is five."',
     ]
+
+
+async def test_a_retry_after_text_reached_the_stream_says_the_step_runs_again() -> None:
+    class Flaky(Model):
+        attempts = 0
+
+        async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+            self.attempts += 1
+            yield TextDelta("Two plus ")
+            if self.attempts == 1:
+                await asyncio.sleep(0.05)  # the timed flush commits the delta
+                raise TransientModelError("connection lost")
+            yield TextDelta("three is five.")
+
+    agent = define_agent("flaky", model=RetryingModel(Flaky(), base_delay=0.001))
+    result, chunks, _ = await run(agent, flush_delay=0.001)
+    assert (result.status, result.output) == ("completed", "Two plus three is five.")
+    assert chunks == [
+        "1 s text_delta 'Two plus '",
+        "2 s step_redo step 1 model_retry",
+        "3 s text_delta 'Two plus three is five.'",
+        '4 s output "Two plus three is five."',
+    ]
