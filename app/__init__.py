@@ -5,7 +5,13 @@ The public API is re-exported here and nothing else (a test pins the names).
 
 from app.agents import (
     AgentRegistry,
+    Delegation,
+    FreeSubagents,
+    InheritancePolicy,
     PersistentAgent,
+    Skill,
+    Subagent,
+    ToolPermissions,
     create_remote_sub_agent_tool,
     create_sub_agent_tool,
     define_agent,
@@ -18,8 +24,14 @@ from app.transport import HttpRemoteAgentTransport
 __all__ = [
     "AgentRegistry",
     "AgentRuntime",
+    "Delegation",
+    "FreeSubagents",
     "HttpRemoteAgentTransport",
+    "InheritancePolicy",
     "PersistentAgent",
+    "Skill",
+    "Subagent",
+    "ToolPermissions",
     "create_app",
     "create_remote_sub_agent_tool",
     "create_sub_agent_tool",

@@ -93,6 +93,14 @@ class RemoteAgentError(RunError):
     code = "remote_agent_error"
 
 
+class DelegationError(AgentServerError):
+    """The subagent could not be started as asked."""
+
+    # Not a RunError: the parent's run goes on; the message goes back to its model as the
+    # `subagent` call's tool error, so it says what to change.
+    code = "delegation_refused"
+
+
 # -- requests against sessions --------------------------------------------------------------------
 
 

@@ -11,18 +11,22 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from pydantic import BaseModel
 
+from app.agents.prompts import render_prompt
 from app.agents.tools import Tool
 from app.errors import DefinitionError
 from app.models import Model, ToolSpec
 
 if TYPE_CHECKING:
+    from app.agents.capabilities import Skill, ToolPermissions
     from app.agents.companion import CompanionTool
+    from app.agents.delegation import Delegation
+    from app.agents.delegation_tools import DelegationTool
     from app.agents.remote import RemoteSubAgentTool
     from app.agents.subagent import SubAgentTool
 
-AnyTool: TypeAlias = "Tool | SubAgentTool | RemoteSubAgentTool | CompanionTool"
-"""Any tool an agent can hold: a function tool, a local or remote sub-agent, or one of the
-companion tools that manage its persistent children."""
+AnyTool: TypeAlias = "Tool | SubAgentTool | RemoteSubAgentTool | CompanionTool | DelegationTool"
+"""Any tool an agent can hold: a function tool, a local or remote sub-agent, one of the
+companion tools that manage its persistent children, or one of its delegation tools."""
 
 AGENT_NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]{0,53}$"
 """Agent names: short enough that `subagent__<name>` is a valid tool name."""
@@ -97,11 +101,30 @@ class AgentConfig:
     persistent_agents: tuple[PersistentAgent, ...]
     hooks: AgentHooks
     tool_map: dict[str, AnyTool] = field(repr=False)
+    delegation: Delegation | None = None
+    """How the agent delegates the seed-004 way (its `subagent` tool and control tools)."""
+    skills: tuple[Skill, ...] = ()
+    """The skills installed on the agent; their tools are among `tools`."""
+    permissions: ToolPermissions | None = None
+    """Which of its tools the agent may run; None: all."""
+
+    @cached_property
+    def offered_tools(self) -> tuple[AnyTool, ...]:
+        """The tools the model is offered: those the permissions allow."""
+        if self.permissions is None:
+            return self.tools
+        return tuple(tool for tool in self.tools if self.permissions.allows(tool.name))
+
+    @cached_property
+    def rendered_system_prompt(self) -> str:
+        """The system prompt the model reads: `system_prompt` with its inventory placeholders
+        (`${_installed_tools}`, `${_installed_skills}`, `${_installed_subagents}`) filled in."""
+        return render_prompt(self)
 
     @cached_property
     def tool_specs(self) -> tuple[ToolSpec, ...]:
-        """What the model is offered: the tools, then `__finish__` for typed output."""
-        specs = [tool.spec for tool in self.tools]
+        """What the model is offered: the permitted tools, then `__finish__` for typed output."""
+        specs = [tool.spec for tool in self.offered_tools]
         if self.output_schema is not None:
             specs.append(
                 ToolSpec(

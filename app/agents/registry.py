@@ -12,8 +12,8 @@ from app.errors import AgentNotFoundError, DefinitionError
 
 
 class AgentRegistry:
-    """The agents a runtime knows. Sub-agents reachable through tools, and persistent children,
-    are registered too."""
+    """The agents a runtime knows. Sub-agents reachable through tools, persistent children and
+    registered delegation categories are registered too."""
 
     def __init__(self, agents: Iterable[AgentConfig] = ()) -> None:
         self._agents: dict[str, AgentConfig] = {}
@@ -36,6 +36,9 @@ class AgentRegistry:
                 self.register(tool.agent)
         for persistent in agent.persistent_agents:
             self.register(persistent.agent)
+        if agent.delegation is not None:
+            for entry in agent.delegation.entries:
+                self.register(entry.agent)
 
     def get(self, name: str) -> AgentConfig:
         """The agent named `name`, or `AgentNotFoundError`."""
