@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -21,6 +21,9 @@ from pydantic import JsonValue
 
 from app.errors import LifecycleError, StoreClosedError
 from app.protocol import Chunk, Message, SessionStatus, SubSessionRef
+from app.store.queue import QueueEntry as QueueEntry
+from app.store.queue import QueueMove as QueueMove
+from app.store.queue import QueueState as QueueState
 
 
 def now_ms() -> int:
@@ -170,10 +173,11 @@ class WriteBatch:
     conversations, messages, refs, chunks."""
 
     deleted_sessions: list[str] = field(default_factory=list)
-    """Deleted first, with their conversations, inboxes, interrupt flags, their refs to children
-    and the refs pointing at them (the subtree of a child started again from scratch: it supersedes
-    them). Deleting an unknown id changes nothing. A store applying several batches together
-    may apply their deletions first: nothing else in a group writes a session it deletes."""
+    """Deleted first, with their conversations, inboxes, queue rows, interrupt flags, their refs
+    to children and the refs pointing at them (the subtree of a child started again from
+    scratch: it supersedes them). Deleting an unknown id changes nothing. A store applying
+    several batches together may apply their deletions first: nothing else in a group writes a
+    session it deletes."""
 
     new_sessions: list[SessionRecord] = field(default_factory=list)
     """Inserted; an existing id fails the whole batch with `SessionExistsError`."""
@@ -191,6 +195,15 @@ class WriteBatch:
     """Queued for their sessions, after `inbox_taken` is applied."""
     inbox_taken: list[InboxTake] = field(default_factory=list)
     """Removed from their sessions' inboxes."""
+    enqueued: list[QueueEntry] = field(default_factory=list)
+    """Background queue rows inserted, after `dequeued`, with their `seq` assigned by the store
+    in list order (the entries' own `seq` is ignored). A session that already has a row keeps
+    it, place and state: the entry changes nothing. A session missing from the store and the
+    batch fails the batch with `SessionNotFoundError` (as a message for its inbox does)."""
+    queue_moves: list[QueueMove] = field(default_factory=list)
+    """Queue rows whose state changes, after `enqueued`; unknown ids change nothing."""
+    dequeued: list[str] = field(default_factory=list)
+    """Queue rows removed, first of the queue's changes; unknown ids change nothing."""
     fence: tuple[str, str] | None = None
     """`(session_id, owner_id)`: the batch lands only if that session's lease is held by that
     owner (a session the batch creates holds what its record says), else it fails whole with
@@ -210,6 +223,8 @@ class WriteBatch:
             ids.add(record.stream_id)
         for update in self.streams:
             ids.add(update.stream_id)
+        for entry in self.enqueued:
+            ids.add(entry.stream_id)
         return frozenset(ids)
 
     def is_empty(self) -> bool:
@@ -225,7 +240,14 @@ class WriteBatch:
             or self.streams
             or self.inbox
             or self.inbox_taken
+            or self.enqueued
+            or self.queue_moves
+            or self.dequeued
         )
+
+    def changes_queue(self) -> bool:
+        """Whether the batch changes the background queue (deleting sessions may)."""
+        return bool(self.enqueued or self.queue_moves or self.dequeued or self.deleted_sessions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -458,6 +480,32 @@ class StateStore(abc.ABC):
     @abc.abstractmethod
     async def read_inbox(self, session_id: str) -> list[InboxMessage]:
         """The messages queued for the session and not yet taken, oldest first."""
+
+    # -- background queue (see `app.store.queue`) ----------------------------------------------
+
+    @abc.abstractmethod
+    async def claim_queued(self, cap: int, candidates: Collection[str], now: int) -> list[str]:
+        """Hand out free slots, atomically across processes: of the `cap - running` first
+        `queued` rows by seq (all of them, not only `candidates`: a head another process runs
+        keeps its place and its slot), those in `candidates` become `running` with
+        `started_at = now`; returns them in seq order."""
+
+    @abc.abstractmethod
+    async def queue_entry(self, session_id: str) -> QueueEntry | None:
+        """The session's queue row, if it has one."""
+
+    @abc.abstractmethod
+    async def queue_position(self, session_id: str) -> int | None:
+        """How many `queued` rows are ahead of the session's (0: it is next); None unless its
+        row is `queued`."""
+
+    @abc.abstractmethod
+    async def list_queue(self, stream_id: str) -> list[QueueEntry]:
+        """The stream's queue rows, by seq."""
+
+    @abc.abstractmethod
+    async def queue_counts(self) -> tuple[int, int]:
+        """How many rows are `queued`, and how many `running`, over every stream."""
 
     # -- streams -------------------------------------------------------------------------------
 

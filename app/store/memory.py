@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 
 from app.errors import (
     AgentServerError,
@@ -29,6 +29,7 @@ from app.protocol import (
 from app.store.base import (
     InboxMessage,
     InterruptFlag,
+    QueueEntry,
     SessionCursor,
     SessionRecord,
     StateStore,
@@ -39,6 +40,7 @@ from app.store.base import (
     WriteBatch,
     now_ms,
 )
+from app.store.queue import MemoryQueue
 
 
 @dataclasses.dataclass(slots=True)
@@ -72,6 +74,7 @@ class MemoryStore(StateStore):
         self._streams: dict[str, _Stream] = {}
         self._inbox: dict[str, list[InboxMessage]] = {}
         self._inbox_ids = 0
+        self._queue = MemoryQueue()
 
     def submit(self, batch: WriteBatch, *, hold: bool = False) -> asyncio.Future[None]:
         """Validate the whole batch, then apply it at once: all or nothing (`hold` changes
@@ -116,6 +119,7 @@ class MemoryStore(StateStore):
             self._inbox_ids += 1
             message = InboxMessage(self._inbox_ids, queue.session_id, queue.content, now)
             self._inbox.setdefault(queue.session_id, []).append(message)
+        self._queue.apply(batch.enqueued, batch.queue_moves, batch.dequeued)
         touched: set[str] = set()
         for chunk_append in batch.chunks:
             self._stream(chunk_append.stream_id).chunks.extend(chunk_append.chunks)
@@ -134,6 +138,7 @@ class MemoryStore(StateStore):
                 stream.waiters = []
 
     def _delete(self, session_id: str) -> None:
+        self._queue.remove(session_id)
         record = self._sessions.pop(session_id, None)
         if record is None:
             return
@@ -165,10 +170,12 @@ class MemoryStore(StateStore):
             kept = record.session_id in self._sessions and record.session_id not in deleted
             if not kept and record.session_id not in new_ids:
                 raise SessionNotFoundError(f"Session {record.session_id!r} not found")
-        for queue in batch.inbox:
-            kept = queue.session_id in self._sessions and queue.session_id not in deleted
-            if not kept and queue.session_id not in new_ids:
-                raise SessionNotFoundError(f"Session {queue.session_id!r} not found")
+        for session_id in [q.session_id for q in batch.inbox] + [
+            e.session_id for e in batch.enqueued
+        ]:
+            kept = session_id in self._sessions and session_id not in deleted
+            if not kept and session_id not in new_ids:
+                raise SessionNotFoundError(f"Session {session_id!r} not found")
         counts: dict[str, int] = dict.fromkeys([*deleted, *batch.cleared_messages], 0)
         for append in batch.messages:
             expected = counts.get(append.session_id)
@@ -337,6 +344,31 @@ class MemoryStore(StateStore):
     async def read_inbox(self, session_id: str) -> list[InboxMessage]:
         self._check_open()
         return list(self._inbox.get(session_id, ()))
+
+    async def claim_queued(self, cap: int, candidates: Collection[str], now: int) -> list[str]:
+        """Free slots to the candidates among the first queued rows (atomic: no await)."""
+        self._check_open()
+        return self._queue.claim(cap, candidates, now)
+
+    async def queue_entry(self, session_id: str) -> QueueEntry | None:
+        """The session's queue row, if any."""
+        self._check_open()
+        return self._queue.entry(session_id)
+
+    async def queue_position(self, session_id: str) -> int | None:
+        """Queued rows ahead of the session's; None unless it is queued."""
+        self._check_open()
+        return self._queue.position(session_id)
+
+    async def list_queue(self, stream_id: str) -> list[QueueEntry]:
+        """The stream's queue rows, by seq."""
+        self._check_open()
+        return self._queue.stream(stream_id)
+
+    async def queue_counts(self) -> tuple[int, int]:
+        """Queued and running rows."""
+        self._check_open()
+        return self._queue.counts()
 
     async def read_chunks(
         self, stream_id: str, *, after: int = 0, limit: int = 1000

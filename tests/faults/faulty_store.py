@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import random
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Coroutine, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, TypeVar
@@ -31,6 +31,7 @@ from app.protocol import Chunk, Message, SessionStatus, SubSessionRef
 from app.store import (
     InboxMessage,
     InterruptFlag,
+    QueueEntry,
     SessionRecord,
     StateStore,
     StreamState,
@@ -104,6 +105,9 @@ def batch_key(batch: WriteBatch, flushes: Counter[str]) -> str:
     parts += [f"msg:{m.session_id}:{m.index}" for m in batch.messages]
     parts += [f"ref:{u.ref.sub_session_id}:{u.ref.status}" for u in batch.refs]
     parts += [f"str:{u.stream_id}:{u.status}" for u in batch.streams]
+    parts += [f"enq:{e.session_id}" for e in batch.enqueued]
+    parts += [f"qmv:{m.session_id}:{m.state}" for m in batch.queue_moves]
+    parts += [f"deq:{s}" for s in batch.dequeued]
     if not parts:
         stream = ",".join(sorted(batch.stream_ids()))
         flushes[stream] += 1
@@ -431,6 +435,28 @@ class FaultyStore(StateStore):
 
     async def read_inbox(self, session_id: str) -> list[InboxMessage]:
         return await self._read(f"inbox:{session_id}", lambda: self.inner.read_inbox(session_id))
+
+    async def claim_queued(self, cap: int, candidates: Collection[str], now: int) -> list[str]:
+        return await self._read(
+            f"claim_queued:{','.join(sorted(candidates))}",
+            lambda: self.inner.claim_queued(cap, candidates, now),
+        )
+
+    async def queue_entry(self, session_id: str) -> QueueEntry | None:
+        return await self._read(
+            f"queue_entry:{session_id}", lambda: self.inner.queue_entry(session_id)
+        )
+
+    async def queue_position(self, session_id: str) -> int | None:
+        return await self._read(
+            f"queue_position:{session_id}", lambda: self.inner.queue_position(session_id)
+        )
+
+    async def list_queue(self, stream_id: str) -> list[QueueEntry]:
+        return await self._read(f"list_queue:{stream_id}", lambda: self.inner.list_queue(stream_id))
+
+    async def queue_counts(self) -> tuple[int, int]:
+        return await self._read("queue_counts", self.inner.queue_counts)
 
     async def list_stream_sessions(self, stream_id: str) -> list[SessionRecord]:
         return await self._read(

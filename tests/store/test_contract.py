@@ -40,6 +40,9 @@ from app.store import (
     InboxTake,
     MemoryStore,
     MessageAppend,
+    QueueEntry,
+    QueueMove,
+    QueueState,
     RefUpsert,
     SessionRecord,
     StateStore,
@@ -682,6 +685,183 @@ async def test_a_deleted_session_takes_its_inbox_with_it(store: StateStore) -> N
     assert await store.read_inbox("a") == []
     with pytest.raises(SessionNotFoundError):
         await store.commit(WriteBatch(inbox=[InboxAppend("gone", "x")]))
+
+
+# -- background queue -----------------------------------------------------------------------------
+
+
+def queued(session_id: str, stream_id: str = "root", state: QueueState = "queued") -> QueueEntry:
+    return QueueEntry(session_id, stream_id, "root", state, 0, None, 2_000)
+
+
+async def enqueue(store: StateStore, *ids: str, stream_id: str = "root") -> None:
+    """Create the children and queue them, one batch, in the order given."""
+    await store.commit(
+        WriteBatch(
+            new_sessions=[
+                session(i, stream_id=stream_id, parent_session_id=stream_id) for i in ids
+            ],
+            enqueued=[queued(i, stream_id) for i in ids],
+        )
+    )
+
+
+async def row(store: StateStore, session_id: str) -> tuple[str, int | None, int]:
+    """The session's queue row's state, started_at and seq (it must have one)."""
+    entry = await store.queue_entry(session_id)
+    assert entry is not None, session_id
+    return entry.state, entry.started_at, entry.seq
+
+
+async def states(store: StateStore, stream_id: str = "root") -> list[tuple[str, str]]:
+    return [(e.session_id, e.state) for e in await store.list_queue(stream_id)]
+
+
+async def test_queue_rows_take_increasing_seqs_in_insertion_order(store: StateStore) -> None:
+    await create(store, session("root"), session("other"))
+    await enqueue(store, "b", "a")
+    await store.commit(
+        WriteBatch(
+            new_sessions=[session("c", stream_id="root")],
+            enqueued=[QueueEntry("c", "root", "b", "queued", 99, 30_000, 3_000)],
+        )
+    )
+    await enqueue(store, "x", stream_id="other")
+    rows = await store.list_queue("root")
+    assert [row.session_id for row in rows] == ["b", "a", "c"]
+    assert rows[0].seq < rows[1].seq < rows[2].seq
+    assert (await row(store, "x"))[2] > rows[2].seq
+    assert await store.queue_entry("c") == QueueEntry(
+        "c", "root", "b", "queued", rows[2].seq, 30_000, 3_000, None
+    )
+    assert rows[0] == QueueEntry("b", "root", "root", "queued", rows[0].seq, None, 2_000, None)
+    assert await store.queue_entry("nobody") is None
+    assert await store.list_queue("nobody") == []
+    assert await store.queue_counts() == (4, 0)
+
+
+async def test_claims_respect_the_cap_and_the_running_rows(store: StateStore) -> None:
+    await create(store, session("root"))
+    await enqueue(store, "a", "b", "c", "d", "e")
+    everyone = {"a", "b", "c", "d", "e"}
+    assert await store.claim_queued(2, everyone, 5_000) == ["a", "b"]
+    assert (await row(store, "a"))[:2] == ("running", 5_000)
+    assert await store.claim_queued(2, everyone, 6_000) == []
+    assert await store.queue_counts() == (3, 2)
+    # A raised cap frees slots; a finished child (dequeued) frees its own.
+    assert await store.claim_queued(3, everyone, 7_000) == ["c"]
+    await store.commit(WriteBatch(dequeued=["a", "nobody"]))
+    assert await store.queue_entry("a") is None
+    assert await store.claim_queued(3, everyone, 8_000) == ["d"]
+    assert await store.claim_queued(0, everyone, 9_000) == []
+    assert await store.claim_queued(9, [], 9_000) == []
+    assert await states(store) == [
+        ("b", "running"),
+        ("c", "running"),
+        ("d", "running"),
+        ("e", "queued"),
+    ]
+
+
+async def test_a_claim_skips_heads_of_others_who_keep_their_slot(store: StateStore) -> None:
+    await create(store, session("root"))
+    await enqueue(store, "a", "b", "c")
+    # "a" belongs to another process: it is one of the two heads, so only "b" starts.
+    assert await store.claim_queued(2, {"b", "c"}, 1) == ["b"]
+    assert await store.claim_queued(2, {"c"}, 2) == []
+    assert await store.queue_position("a") == 0
+    assert await store.queue_position("c") == 1
+    assert await store.claim_queued(2, {"a", "c"}, 3) == ["a"]
+    assert await states(store) == [("a", "running"), ("b", "running"), ("c", "queued")]
+
+
+async def test_held_rows_wait_and_keep_their_place(store: StateStore) -> None:
+    await create(store, session("root"))
+    await enqueue(store, "a", "b", "c", "d")
+    assert await store.claim_queued(1, {"a"}, 10) == ["a"]
+    await store.commit(
+        WriteBatch(
+            queue_moves=[QueueMove("a", "held"), QueueMove("b", "held"), QueueMove("z", "queued")]
+        )
+    )
+    assert (await row(store, "a"))[:2] == ("held", 10)
+    assert await store.queue_position("b") is None
+    assert await store.queue_counts() == (2, 0)
+    assert await store.claim_queued(1, {"a", "b", "c", "d"}, 20) == ["c"]
+    # Back in the queue, the held rows are ahead of those queued after them.
+    await store.commit(WriteBatch(queue_moves=[QueueMove("a", "queued"), QueueMove("b", "queued")]))
+    assert [await store.queue_position(i) for i in "abcd"] == [0, 1, None, 2]
+    await store.commit(WriteBatch(dequeued=["c"]))
+    assert await store.claim_queued(2, {"d"}, 30) == []
+    assert await store.claim_queued(2, {"a", "b", "d"}, 30) == ["a", "b"]
+    assert (await row(store, "a"))[:2] == ("running", 30)
+
+
+async def test_queue_positions_count_the_queued_rows_ahead(store: StateStore) -> None:
+    await create(store, session("root"), session("other"))
+    await enqueue(store, "a", "b")
+    await enqueue(store, "x", stream_id="other")
+    await enqueue(store, "c")
+    assert [await store.queue_position(i) for i in ("a", "b", "x", "c")] == [0, 1, 2, 3]
+    assert await store.claim_queued(1, {"a"}, 1) == ["a"]
+    assert [await store.queue_position(i) for i in ("a", "b", "x", "c")] == [None, 0, 1, 2]
+    assert await store.queue_position("nobody") is None
+
+
+async def test_enqueueing_a_queued_session_again_changes_nothing(store: StateStore) -> None:
+    await create(store, session("root"))
+    await enqueue(store, "a", "b")
+    assert await store.claim_queued(1, {"a"}, 1) == ["a"]
+    before = await store.list_queue("root")
+    await store.commit(WriteBatch(enqueued=[queued("a"), queued("b", state="held")]))
+    assert await store.list_queue("root") == before
+    # Removed and inserted again in one batch, a row goes to the back.
+    await store.commit(WriteBatch(dequeued=["a"], enqueued=[queued("a")]))
+    assert await states(store) == [("b", "queued"), ("a", "queued")]
+
+
+async def test_a_queue_row_for_an_unknown_session_fails_the_batch(store: StateStore) -> None:
+    await create(store, session("root"))
+    await enqueue(store, "a")
+    with pytest.raises(SessionNotFoundError):
+        await store.commit(
+            WriteBatch(
+                updated_sessions=[session("root", step_count=3)],
+                enqueued=[queued("nobody")],
+                dequeued=["a"],
+            )
+        )
+    assert (await store.get_session("root")).step_count == 0
+    assert await states(store) == [("a", "queued")]
+
+
+async def test_deleted_sessions_take_their_queue_rows(store: StateStore) -> None:
+    await create(store, session("root"))
+    await enqueue(store, "a", "b")
+    assert await store.claim_queued(1, {"a"}, 1) == ["a"]
+    await store.commit(WriteBatch(deleted_sessions=["a"]))
+    assert await store.queue_entry("a") is None
+    assert await store.queue_counts() == (1, 0)
+    assert await store.claim_queued(1, {"b"}, 2) == ["b"]
+
+
+async def test_a_refused_fence_leaves_the_queue_untouched(store: StateStore) -> None:
+    await create(store, session("root", owner_id="me", lease_expires_at=now_ms() + 60_000))
+    await enqueue(store, "a", "b")
+    before = await store.list_queue("root")
+    with pytest.raises(LeaseLostError):
+        await store.commit(
+            WriteBatch(
+                new_sessions=[session("c", stream_id="root")],
+                enqueued=[queued("c")],
+                queue_moves=[QueueMove("a", "held")],
+                dequeued=["b"],
+                fence=("root", "other"),
+            )
+        )
+    assert await store.list_queue("root") == before
+    await store.commit(WriteBatch(queue_moves=[QueueMove("a", "held")], fence=("root", "me")))
+    assert await states(store) == [("a", "held"), ("b", "queued")]
 
 
 async def test_a_fenced_batch_lands_only_while_its_lease_is_held(store: StateStore) -> None:

@@ -45,6 +45,7 @@ from app.store.sql.engines import Backend
 from app.store.sql.pg_write import build_write_all
 from app.store.sql.rows import UPDATED_COLUMNS
 from app.store.sql.tables import (
+    background_queue,
     chunks,
     inbox,
     interrupt_flags,
@@ -162,6 +163,7 @@ class Queries:
                 ),
                 delete(interrupt_flags).where(among(interrupt_flags.c.session_id, "ids")),
                 delete(inbox).where(among(inbox.c.session_id, "ids")),
+                delete(background_queue).where(among(background_queue.c.session_id, "ids")),
             )
         )
         """What deleting sessions takes (see `WriteBatch.deleted_sessions`), one table each."""

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -23,6 +23,7 @@ from app.store.base import (
     InboxMessage,
     InterruptFlag,
     Listener,
+    QueueEntry,
     SessionCursor,
     SessionRecord,
     StateStore,
@@ -48,6 +49,7 @@ from app.store.sql.lanes import WriteLanes
 from app.store.sql.migrate import upgrade
 from app.store.sql.notify import PgListener, Poller
 from app.store.sql.queries import INTERRUPT_CHANNEL, queries_for
+from app.store.sql.queue import SqlQueue
 from app.store.sql.rows import (
     chunk_from_body,
     message_from_body,
@@ -115,6 +117,7 @@ class SqlStore(StateStore):
         self._history = history.HistoryReads(
             lambda: self._connections, self.backend, self._queries.ids
         )
+        self._queue = SqlQueue(lambda: self._connections, self.backend)
         self._engine: AsyncEngine | None = None
         self._pool: ConnectionPool | None = None
         self._listener: PgListener | None = None
@@ -402,6 +405,33 @@ class SqlStore(StateStore):
         remove = super().add_interrupt_listener(listener)
         self._ensure_polling()
         return remove
+
+    # -- background queue (see `queue`) --------------------------------------------------------
+
+    async def claim_queued(self, cap: int, candidates: Collection[str], now: int) -> list[str]:
+        """Free slots to the candidates among the first queued rows, under the queue's lock."""
+        self._check_open()
+        return await self._queue.claim(cap, candidates, now)
+
+    async def queue_entry(self, session_id: str) -> QueueEntry | None:
+        """The session's queue row, if any."""
+        self._check_open()
+        return await self._queue.entry(session_id)
+
+    async def queue_position(self, session_id: str) -> int | None:
+        """Queued rows ahead of the session's; None unless it is queued."""
+        self._check_open()
+        return await self._queue.position(session_id)
+
+    async def list_queue(self, stream_id: str) -> list[QueueEntry]:
+        """The stream's queue rows, by seq."""
+        self._check_open()
+        return await self._queue.stream(stream_id)
+
+    async def queue_counts(self) -> tuple[int, int]:
+        """Queued and running rows."""
+        self._check_open()
+        return await self._queue.counts()
 
     # -- streams -------------------------------------------------------------------------------
 

@@ -140,3 +140,23 @@ inbox = Table(
 )
 """Messages queued for running sessions (`InboxMessage`); `id` increases in insertion order
 (an INTEGER PRIMARY KEY on SQLite, an identity column on PostgreSQL)."""
+
+background_queue = Table(
+    "background_queue",
+    metadata,
+    Column("seq", BigInteger().with_variant(Integer(), "sqlite"), primary_key=True),
+    Column("session_id", String, nullable=False),
+    Column("stream_id", String, nullable=False),
+    Column("parent_session_id", String, nullable=False),
+    Column("state", String, nullable=False),
+    Column("timeout_ms", BigInteger, nullable=True),
+    Column("enqueued_at", BigInteger, nullable=False),
+    Column("started_at", BigInteger, nullable=True),
+    UniqueConstraint("session_id"),
+    Index(None, "state", "seq"),
+    Index(None, "stream_id"),
+    sqlite_autoincrement=True,
+)
+"""Background child sessions waiting for, or holding, a slot (`QueueEntry`), FIFO by `seq`: a
+BIGSERIAL on PostgreSQL, an INTEGER PRIMARY KEY AUTOINCREMENT on SQLite (never reused, so a
+row inserted after the newest one left still comes after it)."""

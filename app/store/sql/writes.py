@@ -43,6 +43,7 @@ from app.store.sql.queries import (
     STREAM_CHANNEL,
     Queries,
 )
+from app.store.sql.queue import lock_queue, write_queue
 from app.store.sql.rows import chunk_body, message_body, ref_row, session_row, session_update_row
 
 NOTIFY_PAYLOAD_LIMIT = 7_900
@@ -81,6 +82,9 @@ def batch_size(batch: WriteBatch) -> int:
         + len(batch.messages)
         + len(batch.refs)
         + len(batch.streams)
+        + len(batch.enqueued)
+        + len(batch.queue_moves)
+        + len(batch.dequeued)
     )
     for append in batch.chunks:
         size += len(append.chunks)
@@ -238,12 +242,16 @@ class BatchWriter:
         broke it is only exact when `batches` holds one.
         """
         q = self._q
+        queue = any(batch.changes_queue() for batch in batches)
+        if queue:
+            await lock_queue(conn, q.backend)
         deleted = sorted({session_id for b in batches for session_id in b.deleted_sessions})
         if deleted:
             for statement in q.delete_sessions:
                 await conn.execute(statement, {"ids": q.ids(deleted)})
         sessions = [r.session_id for b in batches for r in (*b.new_sessions, *b.updated_sessions)]
-        sessions += [queue.session_id for b in batches for queue in b.inbox]
+        sessions += [message.session_id for b in batches for message in b.inbox]
+        sessions += [entry.session_id for b in batches for entry in b.enqueued]
         keys = [r.idempotency_key for b in batches for r in b.new_sessions if r.idempotency_key]
         conversations = {a.session_id for b in batches for a in b.messages}
         streams = {a.stream_id for b in batches for a in b.chunks}
@@ -267,7 +275,10 @@ class BatchWriter:
             await self._write_postgres(conn, plan, None)
         else:
             await self._write_sqlite(conn, plan)
-        await self._write_inbox(conn, batches, known.sessions | set(plan.new_sessions), now)
+        present = known.sessions | set(plan.new_sessions)
+        await self._write_inbox(conn, batches, present, now)
+        if queue:
+            await write_queue(conn, q.backend, batches, present)
         return plan
 
     async def _write_inbox(
@@ -291,11 +302,11 @@ class BatchWriter:
         """PostgreSQL, outside a transaction: write `batches` in one statement that first checks
         the database is as they expect (one round trip in all); returns what it wrote, or
         None when it wrote nothing: the database differs from what they expect, or they clear a
-        conversation, delete sessions or change an inbox. `apply` in a transaction then writes
-        them or says which rule they break.
+        conversation, delete sessions or change an inbox or the queue. `apply` in a transaction
+        then writes them or says which rule they break.
         """
         if any(
-            batch.cleared_messages or batch.deleted_sessions or batch.inbox or batch.inbox_taken
+            batch.cleared_messages or batch.inbox or batch.inbox_taken or batch.changes_queue()
             for batch in batches
         ):
             return None
