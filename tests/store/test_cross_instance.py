@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 from collections.abc import AsyncIterator, Awaitable
 
 import asyncpg  # type: ignore[import-untyped]
@@ -17,7 +18,14 @@ from app.errors import (
     WriteConflictError,
 )
 from app.protocol import TextDeltaChunk
-from app.store import ChunkAppend, StreamUpdate, WriteBatch
+from app.store import (
+    ChunkAppend,
+    QueueEntry,
+    SessionRecord,
+    StreamUpdate,
+    WriteBatch,
+    now_ms,
+)
 from app.store.base import StreamPage
 from app.store.sql import SqlStore
 
@@ -261,3 +269,61 @@ async def test_two_instances_racing_on_one_stream_never_both_land(
     chunks = await second.read_chunks("raced")
     assert [chunk.sequence for chunk in chunks] == list(range(1, 21))
     assert (await first.get_stream("raced")).last_sequence == 20
+
+
+async def test_two_instances_claiming_together_keep_the_cap_and_the_order(
+    pair: tuple[SqlStore, SqlStore],
+) -> None:
+    first, second = pair
+    cap, total = 5, 40
+    ids = [f"c{n:02d}" for n in range(total)]
+    children = [
+        SessionRecord(i, "agent", "root", "running", 1, 1, parent_session_id="root") for i in ids
+    ]
+    await first.commit(
+        WriteBatch(
+            new_sessions=[SessionRecord("root", "agent", "root", "running", 1, 1), *children],
+            enqueued=[QueueEntry(i, "root", "root", "queued", 0, None, 1) for i in ids],
+        )
+    )
+    seqs = {entry.session_id: entry.seq for entry in await first.list_queue("root")}
+    # Each instance starts the children its own trees run: every third one is the first's.
+    owned = {first: set(ids[::3]), second: set(ids) - set(ids[::3])}
+    claimed: list[str] = []
+    finishing: set[asyncio.Task[None]] = set()
+    draw = random.Random(7)
+
+    async def finish(store: SqlStore, session_id: str, after: float) -> None:
+        await asyncio.sleep(after)
+        await store.commit(WriteBatch(dequeued=[session_id]))
+
+    async def claim(store: SqlStore) -> None:
+        while owned[store]:
+            took = await store.claim_queued(cap, owned[store], now_ms())
+            if not took:
+                await asyncio.sleep(0.002)
+                continue
+            owned[store] -= set(took)
+            claimed.extend(took)
+            assert (await store.queue_counts())[1] <= cap
+            # FIFO: a claim takes from the first free rows (another's heads among them keep
+            # their place), so fewer rows than the rest of that window still wait before it.
+            assert took == sorted(took, key=seqs.__getitem__)
+            last = max(seqs[i] for i in took)
+            waiting = [e.session_id for e in await store.list_queue("root") if e.state == "queued"]
+            ahead = [i for i in waiting if seqs[i] < last]
+            assert len(ahead) <= cap - len(took), (took, ahead)
+            for session_id in took:
+                task = asyncio.create_task(finish(store, session_id, draw.uniform(0, 0.01)))
+                finishing.add(task)
+
+    async def watch() -> None:
+        while len(claimed) < total:
+            _, running = await second.queue_counts()
+            assert running <= cap
+            await asyncio.sleep(0.001)
+
+    await asyncio.wait_for(asyncio.gather(claim(first), claim(second), watch()), 60)
+    await asyncio.gather(*finishing)
+    assert sorted(claimed) == ids
+    assert await first.queue_counts() == (0, 0)
