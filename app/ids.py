@@ -97,6 +97,11 @@ def sub_session_id(parent_session_id: str, tool_call_id: str) -> str:
     return _child_id(parent_session_id, "sub", tool_call_id)
 
 
+def task_session_id(parent_session_id: str, tool_call_id: str) -> str:
+    """The id of a session the `subagent` tool delegates to: `{parent}-task-{toolCallId}`."""
+    return _child_id(parent_session_id, "task", tool_call_id)
+
+
 def remote_session_id(parent_session_id: str, tool_call_id: str) -> str:
     """The id of a remote sub-agent's session: `{parent}-remote-{toolCallId}`."""
     return _child_id(parent_session_id, "remote", tool_call_id)

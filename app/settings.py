@@ -69,6 +69,14 @@ class Settings(BaseSettings):
     """How long a session's lease lasts without renewal before another server may take it."""
     takeover_interval: float = Field(5.0, gt=0)
     """How often to look for sessions whose owner is gone."""
+    background_concurrency: int = Field(5, ge=1, le=10_000)
+    """How many background `subagent` sessions run at once, across every server on the store
+    (give every replica the same value)."""
+    background_poll: float = Field(0.5, gt=0)
+    """How often a server with background sessions waiting for a slot looks for one that
+    another server freed."""
+    subagent_timeout: float | None = Field(None, gt=0)
+    """Seconds a `subagent` child may run when neither its call nor its agent says."""
     stream_heartbeat: float = Field(15.0, gt=0)
     """Seconds an SSE stream may stay quiet before it sends a comment heartbeat."""
     stream_poll: float = Field(1.0, gt=0)

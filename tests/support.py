@@ -65,8 +65,9 @@ def snapshot(chunks: Sequence[Chunk]) -> list[str]:
 def check_invariants(chunks: Sequence[BaseChunk]) -> None:
     """Sequences are 1..n without gap, and every sub-agent call is framed in order:
     tool_start -> subagent_start -> the child's chunks (and its descendants') -> subagent_end ->
-    tool_end, all from the right agents (a persistent child started by a companion call may
-    outlive the call: its tool_end may come before its subagent_end). A child that runs again
+    tool_end, all from the right agents (a persistent child started by a companion call, or a
+    background `subagent` session, may outlive the call: its tool_end may come before its
+    subagent_end). A child that runs again
     (after a pause or an interrupt, or a persistent one continued) has a frame per run; each
     of its chunks is in one of them."""
     assert [c.sequence for c in chunks] == list(range(1, len(chunks) + 1)), "sequence gap"
@@ -76,7 +77,7 @@ def check_invariants(chunks: Sequence[BaseChunk]) -> None:
     for index, chunk in enumerate(chunks):
         if isinstance(chunk, ToolStartChunk):
             starts[(chunk.agent_id, chunk.tool_call_id)] = index
-            if chunk.tool_name.startswith("companion__"):
+            if chunk.tool_name.startswith("companion__") or chunk.tool_name == "subagent":
                 background.add((chunk.agent_id, chunk.tool_call_id))
     for index, chunk in enumerate(chunks):
         if not isinstance(chunk, SubagentStartChunk):

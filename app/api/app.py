@@ -34,6 +34,7 @@ from app.api.worker import Worker
 from app.errors import DefinitionError
 from app.observability import tracing
 from app.runtime import AgentRuntime
+from app.runtime.scheduler import BackgroundSettings
 from app.settings import Settings
 from app.store import DatabaseTimeouts, StateStore, create_store
 
@@ -92,6 +93,11 @@ def create_app(
             takeover_interval=settings.takeover_interval,
             flush_delay=settings.flush_delay,
             shutdown_timeout=settings.shutdown_timeout,
+            background=BackgroundSettings(
+                concurrency=settings.background_concurrency,
+                poll=settings.background_poll,
+                timeout=settings.subagent_timeout,
+            ),
         )
         # Built now, off the event loop: the first request for it would block the loop ~0.5 s.
         await asyncio.to_thread(app.openapi)

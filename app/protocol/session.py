@@ -22,8 +22,9 @@ STOPPED_STATUSES: frozenset[str] = frozenset(
 )
 """Statuses in which no run is in progress: a stream in one of them ends."""
 
-RefMode = Literal["ephemeral", "persistent"]
-"""How a sub-session lives: one tool call (`ephemeral`) or across calls (`persistent`)."""
+RefMode = Literal["ephemeral", "persistent", "background"]
+"""How a sub-session lives: one tool call (`ephemeral`), across calls (`persistent`), or on
+its own from a `subagent` call with `background` (`background`)."""
 
 
 class RemoteRef(WireModel):
@@ -51,7 +52,8 @@ class SubSessionRef(WireModel):
     completed_at: int | None = None
     """When the child stopped (ms since epoch), if it has."""
     mode: RefMode = "ephemeral"
-    """`ephemeral` for sub-agent tool calls, `persistent` for companion-managed children."""
+    """`ephemeral` for sub-agent tool calls, `persistent` for companion-managed children,
+    `background` for background `subagent` sessions."""
     name: str | None = None
     """The persistent child's name."""
     remote: RemoteRef | None = None

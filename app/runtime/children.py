@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from app.agents import AgentConfig, AgentRegistry, HookContext
     from app.protocol import Message, SubSessionRef
     from app.runtime.emitter import StreamWriter
+    from app.runtime.scheduler import Scheduler
+    from app.runtime.tasks import Lane
     from app.store import StateStore
 
 
@@ -38,6 +40,8 @@ class Run(Protocol):
     """Set for a run on its own (not inside its parent's call): what its end closes."""
     inbox_due: bool
     """Set when a message was queued for it: it reads its inbox before its next model call."""
+    lane: Lane | None
+    """Set for a background `subagent` session: its place in the queue."""
 
     @property
     def ending(self) -> bool:
@@ -69,6 +73,14 @@ class TreeServices(Protocol):
 
     @property
     def writer(self) -> StreamWriter: ...
+
+    @property
+    def scheduler(self) -> Scheduler:
+        """Grants the tree's background `subagent` sessions their slots."""
+
+    @property
+    def task_timeout(self) -> float | None:
+        """The runtime's default time limit of a `subagent` child."""
 
     def check_lease(self) -> None:
         """Raise (giving the tree up) if this process may no longer hold the tree's lease."""
@@ -125,10 +137,6 @@ class Delegation(Protocol):
     """A kind of child: how a tool call becomes a child session and, in the end, an outcome."""
 
     @property
-    def agent_type(self) -> str:
-        """The child's agent type."""
-
-    @property
     def input_schema(self) -> type[BaseModel]:
         """What the call's arguments must be."""
 
@@ -136,6 +144,9 @@ class Delegation(Protocol):
     def outside(self) -> bool:
         """Whether the child lives outside this process's store (on a remote server): the
         response that asks for it must have landed before it is told."""
+
+    def agent_type_of(self, child_input: dict[str, JsonValue]) -> str:
+        """The agent type of the child a call with these arguments starts."""
 
     def child_id(self, parent_id: str, call_id: str) -> str:
         """The child's deterministic session id."""
@@ -197,7 +208,8 @@ class Children:
         child_id = delegation.child_id(self.parent.session_id, call_id)
         child_input = parsed.model_dump(mode="json")
         life = delegation.live(self, call_id, child_id, child_input, new)
-        outcome = await self.run_child(delegation.agent_type, call_id, child_id, child_input, life)
+        agent_type = delegation.agent_type_of(child_input)
+        outcome = await self.run_child(agent_type, call_id, child_id, child_input, life)
         return self.answer(outcome)
 
     async def run_child(

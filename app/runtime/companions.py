@@ -231,7 +231,9 @@ class Companion:
         if entry.mode == "non-blocking":
             if reopen:
                 self._detach(
-                    entry, child, await open_again(tree, self.owner.session_id, entry, record, ref)
+                    entry,
+                    child,
+                    await open_again(tree, self.owner.session_id, entry.agent, record, ref),
                 )
             return _spawned(name, child, "running" if stopped else record.status)
         if here:  # it runs inside another call of this step: its end is this call's result
@@ -245,7 +247,10 @@ class Companion:
             return ended
         if reopen:
             return await self._run(
-                entry, name, await open_again(tree, self.owner.session_id, entry, record, ref), None
+                entry,
+                name,
+                await open_again(tree, self.owner.session_id, entry.agent, record, ref),
+                None,
             )
         return lambda: self._inline(entry.agent.name, child, None, _done(_settled(record)))
 

@@ -15,10 +15,12 @@ from app.agents import (
     FINISH_TOOL_NAME,
     AgentConfig,
     CompanionTool,
+    DelegationTool,
     RemoteSubAgentTool,
     SubAgentTool,
     Tool,
     ToolContext,
+    denied,
 )
 from app.protocol import ToolCall, ToolEndChunk, ToolMessage, ToolPendingChunk
 from app.runtime.calls import CallResult, execute_tool, parse_arguments, to_json
@@ -28,21 +30,25 @@ from app.runtime.local import LocalDelegation
 from app.runtime.outcome import SUSPENDED, Outcome
 from app.runtime.persistent import Owner
 from app.runtime.remote import RemoteDelegation
+from app.runtime.task_control import control_call
+from app.runtime.tasks import TaskDelegation, delegate
 
 KINDS: dict[type[Any], Callable[[Any], Delegation]] = {
     SubAgentTool: LocalDelegation,
     RemoteSubAgentTool: RemoteDelegation,
+    DelegationTool: TaskDelegation,
 }
 """Each tool that makes a child, with the kind of child it makes."""
 
 
 @functools.cache
 def delegations(agent: AgentConfig) -> dict[str, Delegation]:
-    """The agent's tools that make children, by tool name, as the kinds of child they make."""
+    """The agent's tools that make children, by tool name, as the kinds of child they make
+    (of the delegation tools, `subagent`: the others control its background children)."""
     return {
         name: KINDS[type(tool)](tool)
         for name, tool in agent.tool_map.items()
-        if type(tool) in KINDS
+        if type(tool) in KINDS and getattr(tool, "kind", "delegate") == "delegate"
     }
 
 
@@ -171,6 +177,14 @@ async def dispatch(run: Caller, call: ToolCall, new: bool) -> Called:
     elif tool is None:
         offered = ", ".join(spec.name for spec in agent.tool_specs) or "none"
         result = CallResult(error=f"Unknown tool {call.name!r}; available tools: {offered}")
+    elif (refusal := denied(agent, call.name)) is not None:
+        result = CallResult(error=refusal)
+    elif isinstance(tool, DelegationTool) and tool.kind != "delegate":
+        result = await control_call(run, tool, call.arguments)
+    elif isinstance(tool, DelegationTool) and (
+        refused := await delegate(run, call.id, call.arguments, new)
+    ):
+        result = refused  # refused, or started in the background
     elif delegation is not None:
         delegated = await run.children.call(delegation, call, new)
         if isinstance(delegated, Unanswered):

@@ -24,6 +24,7 @@ from app.runtime.background import Background, background_children, restart
 from app.runtime.emitter import StreamWriter
 from app.runtime.handle import RunHandle
 from app.runtime.outcome import SUSPENDED, Outcome, Stop, stopped_outcome
+from app.runtime.scheduler import BackgroundSettings, Scheduler
 from app.runtime.steps import appended
 from app.runtime.subtree import close_subtree
 from app.runtime.trees import Tree, Trees
@@ -51,6 +52,7 @@ class Host:
         lease_ms: int,
         takeover_interval: float | None,
         flush_delay: float,
+        background: BackgroundSettings,
     ) -> None:
         self.runtime = runtime
         self.registry = registry
@@ -59,6 +61,10 @@ class Host:
         self.lease_ms = lease_ms
         self.takeover_interval = takeover_interval
         self.flush_delay = flush_delay
+        self.task_timeout = background.timeout
+        """The runtime's default time limit of a `subagent` child."""
+        self.scheduler = Scheduler(store, cap=background.concurrency, poll=background.poll)
+        """Grants this process's background `subagent` sessions their slots."""
         self.trees = Trees()
         """Every tree this process runs (or is starting: a tree is never run twice here)."""
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -84,6 +90,7 @@ class Host:
         self.trees.give_up_all("the runtime closes")
         for task in self._background:
             task.cancel()
+        await self.scheduler.close()
         tasks = {*self._tasks, *self._background}
         if not tasks:
             return
@@ -169,10 +176,14 @@ class Host:
             batch.messages.extend(appended(record.session_id, len(messages), new_messages))
         batch.streams.append(StreamUpdate(record.stream_id, "running"))
         await tree.writer.commit(batch)
-        tasks = [await restart(tree, child, stop) for child in background]
-        if root:
-            config = self.registry.get(record.agent_type)
-            return self.launch(tree, config, record, messages + new_messages, stop=stop)
+        tree.reopening = True
+        try:
+            tasks = [await restart(tree, child, stop) for child in background]
+            if root:
+                config = self.registry.get(record.agent_type)
+                return self.launch(tree, config, record, messages + new_messages, stop=stop)
+        finally:
+            tree.reopening = False
         return RunHandle(self.runtime, background[0].record.session_id, tasks[0])
 
     def heard_interrupt(self, session_id: str) -> None:
@@ -267,7 +278,7 @@ class Host:
                 self.trees.forget(tree)
                 return None
             record = await self.store.get_session(session_id)
-            running: frozenset[SessionStatus] = frozenset({"running"})
+            running: frozenset[SessionStatus] = frozenset({"running", "queued"})
             background = (
                 await background_children(self.store, self.registry, session_id, running)
                 if record.is_root

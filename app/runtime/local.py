@@ -18,7 +18,7 @@ from pydantic import BaseModel, JsonValue
 from app.agents import AgentConfig, SubAgentTool, input_to_message
 from app.errors import SessionNotFoundError
 from app.ids import sub_session_id
-from app.protocol import SubSessionRef, UserMessage
+from app.protocol import SessionStatus, SubSessionRef, UserMessage
 from app.runtime.children import Children, Parent, Run
 from app.runtime.outcome import Outcome, Stop, stopped_outcome
 from app.runtime.steps import dump_state, new_record
@@ -64,9 +64,13 @@ def new_child(
     child_input: dict[str, JsonValue],
     *,
     superseded: Sequence[str] | None = None,
+    message: str | None = None,
+    background: bool = False,
 ) -> NewChild:
-    """A fresh child session for `call_id`, running from its first message."""
+    """A fresh child session for `call_id`, running from its first message (`message`, else
+    made from the input); a `background` one waits in the queue for a slot first."""
     now = now_ms()
+    status: SessionStatus = "queued" if background else "running"
     record = new_record(
         agent.name,
         child_id,
@@ -75,17 +79,19 @@ def new_child(
         input=child_input,
         now=now,
         parent_session_id=parent.session_id,
-    )
+    ).evolve(status=status)
     ref = SubSessionRef.trusted(
         {
             "sub_session_id": child_id,
             "agent_type": agent.name,
             "parent_tool_call_id": call_id,
-            "status": "running",
+            "status": status,
             "started_at": now,
+            "mode": "background" if background else "ephemeral",
         }
     )
-    first = UserMessage.trusted({"content": input_to_message(child_input)})
+    content = input_to_message(child_input) if message is None else message
+    first = UserMessage.trusted({"content": content})
     return NewChild(record, first, ref, agent, superseded)
 
 
@@ -117,11 +123,6 @@ class LocalDelegation:
     tool: SubAgentTool
 
     @property
-    def agent_type(self) -> str:
-        """The child's agent type."""
-        return self.tool.agent.name
-
-    @property
     def input_schema(self) -> type[BaseModel]:
         """What the call's arguments must be."""
         return self.tool.input_schema
@@ -130,6 +131,10 @@ class LocalDelegation:
     def outside(self) -> bool:
         """A local child is in this process's store."""
         return False
+
+    def agent_type_of(self, child_input: dict[str, JsonValue]) -> str:
+        """The child's agent type."""
+        return self.tool.agent.name
 
     def child_id(self, parent_id: str, call_id: str) -> str:
         """`{parent}-sub-{toolCallId}`."""
@@ -150,7 +155,26 @@ class LocalDelegation:
         new: bool,
     ) -> Outcome:
         """Find, create or reopen the child, then run it to an outcome."""
+        child = LocalChild(self.tool.agent, call_id, child_id, child_input)
+        return await child.live(children, new, self.tool.timeout)
+
+
+@dataclass(frozen=True, slots=True)
+class LocalChild:
+    """A local child of one call, run inside it: what `live` finds, starts or reopens."""
+
+    agent: AgentConfig
+    call_id: str
+    child_id: str
+    child_input: dict[str, JsonValue]
+    message: str | None = None
+    """Its first message, when not made from its input."""
+
+    async def live(self, children: Children, new: bool, timeout: float | None) -> Outcome:
+        """Find, create or reopen the child, then run it to an outcome, stopped after
+        `timeout` seconds if it has one. `new`: no session of it can exist yet."""
         parent = children.parent
+        child_id = self.child_id
         prepared = children.take_prepared(child_id)
         if prepared is not None:
             child = prepared.start(parent)
@@ -161,13 +185,14 @@ class LocalDelegation:
                 return done
             if existing is None and children.stopped is not None:
                 return stopped_outcome(children.stopped)
-            child = await self._open(parent, call_id, child_id, child_input, existing)
+            child = await self._open(parent, existing)
         children.running(child_id, child)
-        timeout = self.tool.timeout
         timer = None
         if timeout is not None:
-            stop = Stop("timeout", f"Sub-agent {self.agent_type!r} timed out after {timeout:g}s")
-            timer = asyncio.get_running_loop().call_later(timeout, child.stop, stop)
+            message = f"Sub-agent {self.agent.name!r} timed out after {timeout:g}s"
+            timer = asyncio.get_running_loop().call_later(
+                timeout, child.stop, Stop("timeout", message)
+            )
         try:
             return await child.run()
         finally:
@@ -175,20 +200,21 @@ class LocalDelegation:
             if timer is not None:
                 timer.cancel()
 
-    async def _open(
-        self,
-        parent: Parent,
-        call_id: str,
-        child_id: str,
-        child_input: dict[str, JsonValue],
-        existing: SessionRecord | None,
-    ) -> Run:
+    async def _open(self, parent: Parent, existing: SessionRecord | None) -> Run:
         """Create the child session, or reopen an interrupted, paused or running one."""
         store = parent.tree.store
-        agent = self.tool.agent
+        agent, child_id = self.agent, self.child_id
         if existing is None or existing.failure_reason == "parent_suspended":
             superseded = None if existing is None else await descendants(store, child_id)
-            fresh = new_child(parent, agent, call_id, child_id, child_input, superseded=superseded)
+            fresh = new_child(
+                parent,
+                agent,
+                self.call_id,
+                child_id,
+                self.child_input,
+                superseded=superseded,
+                message=self.message,
+            )
             batch = WriteBatch()
             fresh.add_to(batch)
             await parent.tree.writer.commit(batch)
@@ -196,7 +222,7 @@ class LocalDelegation:
         ref = SubSessionRef(
             sub_session_id=child_id,
             agent_type=agent.name,
-            parent_tool_call_id=call_id,
+            parent_tool_call_id=self.call_id,
             status="running",
             started_at=existing.created_at,
         )

@@ -12,13 +12,17 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from app.agents.results import Update, notice_text, parse_envelope
 from app.errors import SessionNotFoundError
 from app.protocol import Message, SubSessionRef, SystemMessage, UserMessage
 from app.runtime.calls import to_json
+from app.runtime.tasks import lifecycle
 from app.store import InboxTake, RefUpsert, StateStore, WriteBatch
 
 NOTICE_STATUSES = frozenset({"completed", "failed"})
 """The ends a parent hears of in a notice (a terminated child was ended by the parent)."""
+BACKGROUND_ENDS = frozenset({"completed", "failed", "terminated"})
+"""The ends of a background `subagent` session (a terminated one was cancelled)."""
 
 
 @dataclass(slots=True)
@@ -31,15 +35,32 @@ class News:
 
 async def notices(store: StateStore, session_id: str, news: News) -> None:
     """Add to `news` a notice for each persistent child of the session that ended and whose
-    end its parent has not heard of (nor taken as a result)."""
+    end its parent has not heard of (nor taken as a result), and one for all its background
+    `subagent` sessions that ended since it last heard (a cancelled one is marked heard of,
+    and not told)."""
+    updates = []
     for ref in await store.get_sub_session_refs(session_id):
-        if ref.mode != "persistent" or ref.completion_delivered:
+        if ref.completion_delivered:
             continue
-        if ref.status not in NOTICE_STATUSES:
+        if ref.mode == "persistent" and ref.status in NOTICE_STATUSES:
+            news.messages.append(SystemMessage(content=await notice(store, ref)))
+        elif ref.mode == "background" and ref.status in BACKGROUND_ENDS:
+            updates.append(await update(store, ref))
+        else:
             continue
-        news.messages.append(SystemMessage(content=await notice(store, ref)))
         delivered = ref.replaced({"completion_delivered": True})
         news.batch.refs.append(RefUpsert(session_id, delivered))
+    text = notice_text(updates)
+    if text is not None:
+        news.messages.append(SystemMessage(content=text))
+
+
+async def update(store: StateStore, ref: SubSessionRef) -> Update:
+    """A background session's end, for its parent's notice."""
+    child = await store.get_session(ref.sub_session_id)
+    output = child.output
+    summary = isinstance(output, str) and parse_envelope(output) is not None
+    return Update(ref.sub_session_id, lifecycle(child), child.error, has_summary=summary)
 
 
 async def notice(store: StateStore, ref: SubSessionRef) -> str:

@@ -54,6 +54,8 @@ def stopped_outcome(stop: Stop) -> Outcome:
             error=stop.message or "The parent session suspended",
             failure_reason="parent_suspended",
         )
+    if stop.reason == "timeout":
+        return Outcome("failed", error=stop.message or "Timed out", failure_reason="timeout")
     return Outcome("failed", error=stop.message or "Stopped")
 
 

@@ -24,6 +24,7 @@ from app.runtime.inputs import REJECTED, Answers
 from app.runtime.local import stored
 from app.runtime.outcome import unanswered_calls
 from app.runtime.remote import RemoteDelegation
+from app.runtime.resolve import child_agent
 from app.runtime.session_state import Resumed
 from app.store import SessionRecord, StateStore
 
@@ -69,17 +70,16 @@ async def paused_tree(
         A remote server that does not answer in time is left out, unless `strict` (resuming needs
         all of them), when it is a `RemoteAgentError`."""
     found = PausedTree()
-    sessions = [root]
+    sessions = [(root, registry.get(root.agent_type))]
     if root.is_root:
         # Children running on their own pause apart from their parents' calls.
         alone = await background_children(store, registry, root.stream_id, PAUSED)
-        sessions += [child.record for child in alone]
+        sessions += [(child.record, child.agent) for child in alone]
     while sessions:
-        session = sessions.pop(0)
+        session, agent = sessions.pop(0)
         if session.status != "paused_awaiting_client":
             continue
         session_id = session.session_id
-        agent = registry.get(session.agent_type)
         kinds = delegations(agent)
         opened = found.open_calls.setdefault(session_id, set())
         calls = unanswered_calls(await store.load_messages(session_id))
@@ -99,8 +99,12 @@ async def paused_tree(
             ref = started.get(call.id)
             if not isinstance(kind, RemoteDelegation):
                 child = None if ref is None else await stored(store, ref.sub_session_id)
-                if child is not None and child.status == "paused_awaiting_client":
-                    sessions.append(child)
+                if (
+                    ref is not None
+                    and child is not None
+                    and child.status == "paused_awaiting_client"
+                ):
+                    sessions.append((child, child_agent(registry, agent, child, ref)))
                     opened.add(call.id)
             else:
                 remote = await _remote(kind, kind.child_id(session_id, call.id), strict=strict)

@@ -194,7 +194,7 @@ async def open_continued(
 async def open_again(
     tree: ChildTree,
     parent_id: str,
-    entry: PersistentAgent,
+    agent: AgentConfig,
     record: SessionRecord,
     ref: SubSessionRef,
 ) -> Run:
@@ -207,7 +207,7 @@ async def open_again(
     running = ref.replaced({"status": "running", "completed_at": None})
     batch = WriteBatch(updated_sessions=[reopened], refs=[RefUpsert(parent_id, running)])
     await tree.writer.commit(batch)
-    run: Run = tree.new_run(entry.agent, reopened, messages, ref=running)
+    run: Run = tree.new_run(agent, reopened, messages, ref=running)
     run.inbox_due = True  # messages may have been queued for it while it was stopped
     flag = await store.check_interrupt_flag(record.session_id)
     if flag is not None:

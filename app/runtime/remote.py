@@ -64,8 +64,7 @@ class RemoteDelegation:
 
     tool: RemoteSubAgentTool
 
-    @property
-    def agent_type(self) -> str:
+    def agent_type_of(self, child_input: dict[str, JsonValue]) -> str:
         """The remote agent's type."""
         return self.tool.remote_agent_type
 

@@ -39,6 +39,7 @@ from app.runtime.host import Host
 from app.runtime.inputs import Answers
 from app.runtime.pending import PAUSED, AnswerPlan, paused_tree, plan_answers
 from app.runtime.reader import StreamFollower
+from app.runtime.scheduler import BackgroundSettings
 from app.runtime.starting import SessionPlan, Started, existing_session, plan_session, resumption
 from app.runtime.status import session_status, session_status_tree
 from app.runtime.steps import appended
@@ -78,6 +79,7 @@ class AgentRuntime:
         takeover_interval: float | None = 5.0,
         flush_delay: float = 0.005,
         shutdown_timeout: float = 10.0,
+        background: BackgroundSettings | None = None,
     ) -> None:
         if not isinstance(registry, AgentRegistry):
             raise TypeError("AgentRuntime needs an AgentRegistry")
@@ -96,6 +98,7 @@ class AgentRuntime:
             lease_ms=lease_ms,
             takeover_interval=takeover_interval,
             flush_delay=flush_delay,
+            background=background or BackgroundSettings(),
         )
         """The trees this process runs."""
         self._state: Literal["new", "open", "closed"] = "new"

@@ -67,6 +67,7 @@ from app.runtime.steps import (
     responses_and_call_ids,
     stepped,
 )
+from app.runtime.tasks import Lane
 from app.store import RefUpsert, SessionRecord, WriteBatch, now_ms
 
 logger = logging.getLogger(__name__)
@@ -114,16 +115,19 @@ class SessionRun:
         """Whether messages may be queued for this session (a persistent child told something
         while it runs, or reopened): it reads them before its next model call, or before it
         completes."""
-        self._hears_of_children = any(
+        self._hears_of_children = agent.delegation is not None or any(
             entry.mode == "non-blocking" for entry in agent.persistent_agents
         )
-        """Whether the session has non-blocking children, whose ends reach it in notices."""
+        """Whether the session has children whose ends reach it in notices (non-blocking
+        persistent ones, background `subagent` sessions)."""
         self.frame: Frame | None = None
         """For a child that runs on its own (a persistent child in the background): the frame
         its end closes in the stream."""
         self._stale: dict[str, StaleCall] = {}
         """After a takeover: the calls of a step the dead process never committed, left open
         in the stream; the step's next model call takes them up (`stale.redo`)."""
+        self.lane: Lane | None = None
+        """For a background `subagent` session: its place in the queue (`tasks.Lane`)."""
         self._begun = 0
         """After a takeover: the last step the dead process streamed in. When it is the step
         about to run, the step is redone, and the stream says so (`step_redo`)."""
@@ -242,6 +246,8 @@ class SessionRun:
         return outcome
 
     async def _loop(self) -> Outcome:
+        if self.lane is not None:
+            await self.lane.begin(self)
         for call, answer in self.resumed.answered:
             self.emit(
                 ToolEndChunk,
@@ -281,7 +287,7 @@ class SessionRun:
         request = ModelRequest(
             session_id=self.session_id,
             agent_type=self.agent.name,
-            system_prompt=self.agent.system_prompt,
+            system_prompt=self.agent.rendered_system_prompt,
             messages=tuple(self.messages),
             tools=self.agent.tool_specs,
             step=self._step,
@@ -508,11 +514,15 @@ class SessionRun:
             batch.refs.append(RefUpsert(parent_id, self.ref))
         if self.frame is not None:
             self.frame.close(self.tree.writer, outcome)
+        if self.lane is not None:
+            self.lane.end(batch, outcome, self.session_id)
         last = self.tree.close(self, outcome, batch)
         # A child's parent goes on once its end is taken: the parent's next write follows it
         # (and may carry it: the store may hold it for that). The end of a tree is what its
         # caller waits for, so it must have landed.
         landed = self.tree.writer.submit(batch, hold=not last)
+        if self.lane is not None:
+            self.lane.ended(landed)
         if last:
             await landed
         self._landed(record, messages)

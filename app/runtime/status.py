@@ -39,6 +39,7 @@ async def session_status(
     ):
         paused = await paused_tree(store, registry, record)
         pending = [entry.pending for entry in paused.waiting]
+    position = await store.queue_position(session_id) if record.status == "queued" else None
     return SessionStatusView(
         session_id=record.session_id,
         agent_type=record.agent_type,
@@ -47,6 +48,7 @@ async def session_status(
         output=record.output,
         error=record.error,
         failure_reason=record.failure_reason,
+        queue_position=position,
         stream_id=record.stream_id,
         last_sequence=last_sequence,
         parent_session_id=record.parent_session_id,

@@ -27,6 +27,7 @@ from app.store import SessionRecord, StateStore, StreamUpdate, WriteBatch, now_m
 
 if TYPE_CHECKING:
     from app.agents import AgentConfig, AgentRegistry
+    from app.runtime.scheduler import Scheduler
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +40,12 @@ REFUSED_WRITE = "The state store refused to save this run's progress; the run ca
 
 class TreeHost(Protocol):
     """What a tree needs of the runtime that runs it."""
+
+    @property
+    def scheduler(self) -> Scheduler: ...
+
+    @property
+    def task_timeout(self) -> float | None: ...
 
     @property
     def store(self) -> StateStore: ...
@@ -91,10 +98,23 @@ class Tree:
         """Runs of the tree started on their own here (the root's, say), not yet done."""
         self._started = False
         """Whether a run of the tree was started on its own here."""
+        self.reopening = False
+        """Set while the tree's runs are being started again (a takeover, a resume): a run
+        that ends meanwhile is not its last, whatever else has started yet."""
         self._lease_until = 0.0
         self.leased(leased_at)
         self._stale: dict[str, Leftovers] = {}
         """For a tree taken over: each session's calls a dead process left open."""
+
+    @property
+    def scheduler(self) -> Scheduler:
+        """Grants the tree's background `subagent` sessions their slots."""
+        return self._host.scheduler
+
+    @property
+    def task_timeout(self) -> float | None:
+        """The runtime's default time limit of a `subagent` child."""
+        return self._host.task_timeout
 
     @property
     def store(self) -> StateStore:
@@ -179,7 +199,7 @@ class Tree:
         ):
             self._left = outcome.status
         runs = self._runs
-        if len(runs) > 1 or (runs and run.session_id not in runs):
+        if self.reopening or len(runs) > 1 or (runs and run.session_id not in runs):
             return False
         # A tree whose root's turn is over ends as its children running on their own do: one
         # paused for the client or interrupted leaves the stream so, for a resume to finish it.

@@ -319,7 +319,9 @@ class MemoryStore(StateStore):
         """Roots of trees with a running session and no live owner (or held by `owner_id`)."""
         self._check_open()
         now = now_ms()
-        running = {r.stream_id for r in self._sessions.values() if r.status == "running"}
+        running = {
+            r.stream_id for r in self._sessions.values() if r.status in ("running", "queued")
+        }
         orphans = []
         for root_id in running:
             root = self._sessions.get(root_id)

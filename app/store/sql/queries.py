@@ -316,9 +316,10 @@ class Queries:
             .where(sessions.c.owner_id == bindparam("b_owner_id"))
             .values(owner_id=literal_column("NULL"), lease_expires_at=literal_column("NULL"))
         )
-        # From the running sessions (few, by the status index) to their roots, by key.
+        # From the running sessions (few, by the status index) to their roots, by key: a
+        # session queued for a background slot is work to take over too.
         running_trees = select(sessions.c.stream_id).where(
-            sessions.c.status == literal_column("'running'")
+            sessions.c.status.in_([literal_column("'running'"), literal_column("'queued'")])
         )
         self.orphaned = driver(
             select(sessions)

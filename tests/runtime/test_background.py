@@ -1,0 +1,300 @@
+"""Background delegation (`subagent` with `background`), in process, on every store: the
+queue's cap and order, positions, cancel, wait and the batched notices, the result payload,
+timeouts, an interrupt and a takeover."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from app import AgentRegistry, AgentRuntime, Delegation, define_agent
+from app.models import FunctionModel, ModelRequest, ModelResponse, ToolCall
+from app.protocol import SystemMessage, ToolMessage
+from app.runtime.scheduler import BackgroundSettings
+from app.store import StateStore
+from tests.runtime.background_agents import Gate, Lead, control, delegate, worker
+from tests.support import check_invariants, check_tool_calls, until
+
+PAYLOAD_KEYS = {
+    "status",
+    "session_id",
+    "category",
+    "lifecycle_status",
+    "read_method",
+    "artifact_id",
+    "record_path",
+    "inline_content",
+    "error",
+}
+
+
+def waiting_lead(launches: list[ToolCall], requests: list[ModelRequest]) -> FunctionModel:
+    """Launches, then waits until every session it launched has been told of, then answers
+    with the notices it read."""
+
+    def model(request: ModelRequest) -> ModelResponse:
+        requests.append(request)
+        turn = sum(m.role == "assistant" for m in request.messages)
+        if turn == 0:
+            return ModelResponse(tool_calls=launches)
+        notices = [m.content for m in request.messages if isinstance(m, SystemMessage)]
+        told = sum(notice.count("\n- ") for notice in notices)
+        if told < len(launches):
+            return ModelResponse(tool_calls=[control(f"w{turn}", "wait")])
+        return ModelResponse(text=json.dumps(notices))
+
+    return FunctionModel(model)
+
+
+async def test_seven_launches_run_five_at_once_in_order_and_are_told_once(
+    store: StateStore,
+) -> None:
+    gate = Gate()
+    launches = [delegate(f"c{i}", f"job {i}") for i in range(7)]
+    requests: list[ModelRequest] = []
+    lead = define_agent(
+        "lead",
+        model=waiting_lead(launches, requests),
+        delegation=Delegation([worker(gate)]),
+    )
+    settings = BackgroundSettings(concurrency=5, poll=0.05)
+    async with AgentRuntime(AgentRegistry([lead]), store=store, background=settings) as runtime:
+        handle = await runtime.execute("lead", "go", session_id="L")
+        await until(lambda: gate.active == 5)
+        await asyncio.sleep(0.1)  # nothing more starts
+        assert gate.active == 5
+        queued = [await runtime.status(f"L-task-c{i}") for i in (5, 6)]
+        assert [(s.status, s.queue_position) for s in queued] == [("queued", 0), ("queued", 1)]
+        assert await store.queue_counts() == (2, 5)
+        parent = await runtime.status("L")
+        modes = {ref.sub_session_id: (ref.mode, ref.status) for ref in parent.sub_sessions}
+        assert modes[("L-task-c6")] == ("background", "queued")
+        gate.open()
+        result = await asyncio.wait_for(handle.result(), 10)
+        chunks = [chunk async for chunk in runtime.follow("L")]
+
+    assert result.status == "completed", result
+    assert gate.most == 5
+    assert sorted(gate.started[:5]) == [f"job {i}" for i in range(5)]
+    assert gate.started[5:] == ["job 5", "job 6"]
+    launched = [m for m in requests[1].messages if isinstance(m, ToolMessage)]
+    assert [m.result["lifecycle_status"] for m in launched] == ["queued"] * 7  # type: ignore[index]
+    notices = json.loads(result.output)  # type: ignore[arg-type]
+    told = [line.split()[1] for notice in notices for line in notice.splitlines()[1:]]
+    assert sorted(told) == sorted(f"L-task-c{i}" for i in range(7))  # each exactly once
+    assert all(notice.startswith("Background subagent updates:\n- ") for notice in notices)
+    assert all(" succeeded. Call subagent_result(session_id=" in notice for notice in notices)
+    assert await store.queue_counts() == (0, 0)
+    check_invariants(chunks)
+    check_tool_calls(chunks, "completed")
+
+
+async def test_a_cancelled_queued_session_never_starts(store: StateStore) -> None:
+    gate = Gate()
+    lead = Lead(
+        [
+            [delegate("a", "job a"), delegate("b", "job b"), delegate("c", "job c")],
+            [control("x", "cancel", session_id="L-task-b")],
+            [control("y", "status")],
+            [control("w", "wait", session_ids=["L-task-a", "L-task-c"])],
+            [control("v", "wait", session_ids=["L-task-c"])],
+            [control("r", "result", session_id="L-task-b")],
+        ]
+    )
+    settings = BackgroundSettings(concurrency=1, poll=0.05)
+    agent = lead.agent(Delegation([worker(gate)]))
+    async with AgentRuntime(AgentRegistry([agent]), store=store, background=settings) as runtime:
+        handle = await runtime.execute("lead", "go", session_id="L")
+        await until(lambda: len(lead.requests) >= 3)
+        gate.open()
+        result = await asyncio.wait_for(handle.result(), 10)
+        b = await runtime.status("L-task-b")
+
+    assert result.status == "completed", result
+    got = Lead.answers(lead.requests[-1].messages)
+    assert gate.started == ["job a", "job c"]
+    assert got["x"] == {
+        "session_id": "L-task-b",
+        "category": "worker",
+        "lifecycle_status": "cancelled",
+    }
+    assert (b.status, b.error) == ("terminated", "Cancelled by its parent")
+    table = got["y"]
+    assert table.splitlines()[2:] == [
+        "| L-task-a | worker | running | - |",
+        "| L-task-b | worker | cancelled | - |",
+        "| L-task-c | worker | queued | 0 |",
+    ]
+    assert set(got["r"]) == PAYLOAD_KEYS
+    assert (got["r"]["status"], got["r"]["lifecycle_status"]) == ("error", "cancelled")
+    told = "\n".join(got["notices"])
+    assert "L-task-b" not in told  # a cancel is not told
+    assert told.count("L-task-a succeeded") == told.count("L-task-c succeeded") == 1
+
+
+async def test_results_in_full_and_in_summary_and_errors_the_model_can_fix(
+    store: StateStore,
+) -> None:
+    lead = Lead(
+        [
+            [delegate("a", "job a")],
+            [control("w", "wait")],
+            [
+                control("f", "result", session_id="L-task-a"),
+                control("s", "result", session_id="L-task-a", read_method="summary"),
+                control("u", "status", session_id="L-task-zzz"),
+                delegate("bad", "job", category="nobody"),
+                ToolCall("subagent", {"category": "worker"}, id="empty"),
+                control("t", "status", session_id="L-task-a"),
+            ],
+        ]
+    )
+    agent = lead.agent(Delegation([worker()]))
+    async with AgentRuntime(AgentRegistry([agent]), store=store) as runtime:
+        result = await (await runtime.execute("lead", "go", session_id="L")).result()
+
+    assert result.status == "completed", result
+    got = Lead.answers(lead.requests[-1].messages)
+    full, summary = got["f"], got["s"]
+    assert set(full) == set(summary) == PAYLOAD_KEYS
+    assert full["status"] == "success"
+    assert full["inline_content"] == "All of job a, done."
+    assert full["artifact_id"].startswith("subagent_")
+    assert full["record_path"] == "/status/L-task-a"
+    assert (summary["read_method"], summary["inline_content"]) == ("summary", "did job a")
+    assert got["u"].startswith("error: No background session 'L-task-zzz' of yours")
+    assert got["bad"].startswith("error: ")
+    assert "nobody" in got["bad"]
+    assert got["empty"].startswith("error: ")
+    assert got["t"] == {
+        "session_id": "L-task-a",
+        "category": "worker",
+        "lifecycle_status": "succeeded",
+    }
+    assert len(got["notices"]) == 1
+
+
+async def test_a_waiting_subagent_call_returns_the_childs_output(store: StateStore) -> None:
+    lead = Lead([[delegate("a", "job a", background=False)]])
+    agent = lead.agent(Delegation([worker()]))
+    async with AgentRuntime(AgentRegistry([agent]), store=store) as runtime:
+        result = await (await runtime.execute("lead", "go", session_id="L")).result()
+        refs = await store.get_sub_session_refs("L")
+        chunks = [chunk async for chunk in runtime.follow("L")]
+
+    assert result.status == "completed", result
+    got = Lead.answers(lead.requests[-1].messages)
+    assert "All of job a, done." in got["a"]
+    assert [(ref.sub_session_id, ref.mode, ref.status) for ref in refs] == [
+        ("L-task-a", "ephemeral", "completed")
+    ]
+    check_invariants(chunks)
+    check_tool_calls(chunks, "completed")
+
+
+async def test_a_background_session_runs_out_of_its_time(store: StateStore) -> None:
+    lead = Lead(
+        [
+            [delegate("a", "sleep 5", timeout=0.2)],
+            [control("w", "wait")],
+            [control("r", "result", session_id="L-task-a")],
+        ]
+    )
+    agent = lead.agent(Delegation([worker()]))
+    async with AgentRuntime(AgentRegistry([agent]), store=store) as runtime:
+        result = await asyncio.wait_for(
+            (await runtime.execute("lead", "go", session_id="L")).result(), 10
+        )
+        child = await runtime.status("L-task-a")
+
+    assert result.status == "completed", result
+    got = Lead.answers(lead.requests[-1].messages)
+    assert (child.status, child.failure_reason) == ("failed", "timeout")
+    assert got["r"]["lifecycle_status"] == "timed_out"
+    assert got["notices"] == [
+        "Background subagent updates:\n- L-task-a timed out. Call "
+        'subagent_result(session_id="L-task-a") for details.'
+    ]
+
+
+async def test_an_interrupt_holds_the_queue_and_a_resume_keeps_its_order(
+    store: StateStore,
+) -> None:
+    gate = Gate()
+    lead = Lead(
+        [
+            [delegate("a", "job a"), delegate("b", "job b"), delegate("c", "job c")],
+            [control("w", "wait", session_ids=["L-task-c"])],
+        ]
+    )
+    settings = BackgroundSettings(concurrency=1, poll=0.05)
+    agent = lead.agent(Delegation([worker(gate)]))
+    async with AgentRuntime(AgentRegistry([agent]), store=store, background=settings) as runtime:
+        handle = await runtime.execute("lead", "go", session_id="L")
+        await until(lambda: gate.started == ["job a"] and len(lead.requests) == 2)
+        await runtime.interrupt("L", "stop")
+        stopped = await asyncio.wait_for(handle.result(), 10)
+        [chunk async for chunk in runtime.follow("L")]  # the stream ends with the tree
+        held = [await runtime.status(f"L-task-{x}") for x in "abc"]
+        entries = await store.list_queue("L")
+        gate.open()
+        resumed = await runtime.resume("L")
+        result = await asyncio.wait_for(resumed.result(), 10)
+        chunks = [chunk async for chunk in runtime.follow("L")]
+
+    assert stopped.status == "interrupted"
+    assert [s.status for s in held] == ["interrupted"] * 3
+    assert [(e.session_id, e.state) for e in entries] == [
+        ("L-task-a", "held"),
+        ("L-task-b", "held"),
+        ("L-task-c", "held"),
+    ]
+    assert result.status == "completed", result
+    # a ran again from its checkpoint; b and c kept their places after it.
+    assert gate.started == ["job a", "job a", "job b", "job c"]
+    check_invariants(chunks)
+
+
+async def test_a_takeover_runs_the_queue_on_and_tells_each_end_once(
+    store: StateStore, tmp_path: Any
+) -> None:
+    gate = Gate()
+    launches = [delegate(f"c{i}", f"job {i}") for i in range(3)]
+    requests: list[ModelRequest] = []
+    lead = define_agent(
+        "lead", model=waiting_lead(launches, requests), delegation=Delegation([worker(gate)])
+    )
+    settings = BackgroundSettings(concurrency=1, poll=0.05)
+    registry = AgentRegistry([lead])
+    async with AgentRuntime(
+        registry, store=store, lease_ms=300, takeover_interval=None, background=settings
+    ) as doomed:
+        await doomed.execute("lead", "go", session_id="L")
+        await until(lambda: gate.started == ["job 0"])
+        # Leaving the block stops the runtime as a crash would: nothing more is written.
+    gate.open()
+    async with AgentRuntime(
+        registry, store=store, takeover_interval=0.05, background=settings
+    ) as heir:
+        await until(lambda: len(gate.started) == 4, timeout=10)
+        record = await heir.status("L")
+        await until_completed(heir, "L")
+        result = await heir.status("L")
+        chunks = [chunk async for chunk in heir.follow("L")]
+
+    assert record.status in ("running", "completed")
+    assert result.status == "completed"
+    assert gate.started == ["job 0", "job 0", "job 1", "job 2"]
+    notices = json.loads(str(result.output))
+    told = [line.split()[1] for notice in notices for line in notice.splitlines()[1:]]
+    assert sorted(told) == ["L-task-c0", "L-task-c1", "L-task-c2"]
+    check_invariants(chunks)
+
+
+async def until_completed(runtime: AgentRuntime, session_id: str) -> None:
+    for _ in range(500):
+        if (await runtime.status(session_id)).status == "completed":
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{session_id} did not complete")
