@@ -455,9 +455,9 @@ class StateStore(abc.ABC):
 
     @abc.abstractmethod
     async def orphaned_trees(self, *, owner_id: str | None = None) -> list[SessionRecord]:
-        """The root sessions of trees that have a `running` (or `queued`) session but no live owner: the
-        root's lease has expired, or no one holds it. With `owner_id`, the trees that owner
-        holds are included too (a restarted server finding its own). Oldest first."""
+        """The root sessions of trees that have a `running` (or `queued`) session but no live
+        owner: the root's lease has expired, or no one holds it. With `owner_id`, the trees that
+        owner holds are included too (a restarted server finding its own). Oldest first."""
 
     # -- interrupts ----------------------------------------------------------------------------
 
