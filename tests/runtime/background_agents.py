@@ -5,13 +5,22 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from app import Delegation, define_agent
 from app.agents import AgentConfig
-from app.models import FunctionModel, ModelRequest, ModelResponse, ToolCall
+from app.models import (
+    FunctionModel,
+    Model,
+    ModelEvent,
+    ModelRequest,
+    ModelResponse,
+    TextDelta,
+    ToolCall,
+    ToolCallReady,
+)
 from app.protocol import SystemMessage, ToolMessage, UserMessage
 
 
@@ -56,6 +65,21 @@ def worker(gate: Gate | None = None, *, name: str = "worker", **options: Any) ->
     return define_agent(name, model=FunctionModel(model), **options)
 
 
+class Unchecked(Model):
+    """Plays `fn`'s responses, tool calls the agent was not offered included (a real model may
+    make them; the test doubles refuse to)."""
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        response = self.fn(request)
+        if response.text:
+            yield TextDelta(response.text)
+        for call in response.tool_calls:
+            yield ToolCallReady(call)
+
+
 Step = Sequence[ToolCall]
 
 
@@ -78,7 +102,16 @@ class Lead:
     steps: Sequence[Step]
     requests: list[ModelRequest] = field(default_factory=list)
 
-    def agent(self, delegation: Delegation, *, name: str = "lead", **options: Any) -> AgentConfig:
+    def agent(
+        self,
+        delegation: Delegation,
+        *,
+        name: str = "lead",
+        unchecked: bool = False,
+        **options: Any,
+    ) -> AgentConfig:
+        """The lead (`unchecked`: its model may call tools it was not offered)."""
+
         def model(request: ModelRequest) -> ModelResponse:
             self.requests.append(request)
             turn = sum(m.role == "assistant" for m in request.messages)
@@ -86,7 +119,8 @@ class Lead:
                 return ModelResponse(tool_calls=list(self.steps[turn]))
             return ModelResponse(text=json.dumps(self.answers(request.messages)))
 
-        return define_agent(name, model=FunctionModel(model), delegation=delegation, **options)
+        played: Model = Unchecked(model) if unchecked else FunctionModel(model)
+        return define_agent(name, model=played, delegation=delegation, **options)
 
     @staticmethod
     def answers(messages: Sequence[Any]) -> dict[str, Any]:
