@@ -13,6 +13,9 @@ trip-planner              plans a stay, reports the booking
 research-lead             persistent children through the companion tools
 ├── researcher            persistent, blocking: lookup_topic       -> Findings
 └── topics                persistent, non-blocking (as above)      -> Topics
+
+briefing-desk             background delegation: subagent, subagent_wait, subagent_result
+└── analyst               a subagent category: lookup_topic        -> text (summary envelope)
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from pydantic import BaseModel
 from app.agents import (
     AgentConfig,
     AgentRegistry,
+    Delegation,
     PersistentAgent,
     SubAgentTool,
     Tool,
@@ -34,7 +38,9 @@ from app.agents import (
 from app.demo import tools
 from app.demo.brains import BRAINS
 from app.demo.names import (
+    ANALYST,
     BOOKER,
+    BRIEFING_DESK,
     COORDINATOR,
     ITINERARY,
     KEYWORDS,
@@ -101,6 +107,7 @@ def build_registry(
         output_schema: type[BaseModel] | None = None,
         max_steps: int = SPECIALIST_MAX_STEPS,
         persistent_agents: Sequence[PersistentAgent] = (),
+        delegation: Delegation | None = None,
     ) -> AgentConfig:
         return define_agent(
             name,
@@ -111,6 +118,7 @@ def build_registry(
             model=model_for(name),
             max_steps=max_steps,
             persistent_agents=persistent_agents,
+            delegation=delegation,
         )
 
     keywords = agent(
@@ -227,7 +235,20 @@ def build_registry(
             ),
         ],
     )
-    return AgentRegistry([coordinator, trip_planner, research_lead])
+    analyst = agent(
+        ANALYST,
+        "Looks a topic up in the built-in library; answers with a summary and every fact.",
+        [tools.lookup_topic],
+    )
+    briefing_desk = agent(
+        BRIEFING_DESK,
+        "Briefs you on topics, one analyst per topic working in the background, read through "
+        'their summaries. Send e.g. "Research: solar power and wind power".',
+        [],
+        max_steps=RESEARCH_LEAD_MAX_STEPS,
+        delegation=Delegation([analyst], default_timeout=CHILD_TIMEOUT),
+    )
+    return AgentRegistry([coordinator, trip_planner, research_lead, briefing_desk])
 
 
 def latency_from_env(environ: Mapping[str, str]) -> float:

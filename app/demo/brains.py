@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pydantic import ValidationError
 
 from app.demo.analysis import words
+from app.demo.desk_brains import DESK_BRAINS
 from app.demo.names import (
     COORDINATOR,
     COUNT_TEXT,
@@ -261,6 +262,7 @@ BRAINS: Mapping[str, Brain] = {
     KEYWORDS: keywords_brain,
     **TRIP_BRAINS,
     **RESEARCH_BRAINS,
+    **DESK_BRAINS,
 }
 """Each demo agent's brain, by agent name: the text tree's above, the trips and research
 trees' from their modules."""

@@ -51,6 +51,11 @@ RESEARCH_LEAD = "research-lead"
 RESEARCHER = "researcher"
 """Persistent, blocking: looks a topic up in the built-in library and remembers what it told."""
 
+BRIEFING_DESK = "briefing-desk"
+"""Background delegation (seed 004): one background `analyst` per topic, then wait and read."""
+ANALYST = "analyst"
+"""A `subagent` category: looks a topic up and answers in the summary envelope."""
+
 LOOKUP_TOPIC = "lookup_topic"
 """Tool: the next facts the built-in library holds on a topic."""
 

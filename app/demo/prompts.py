@@ -9,8 +9,10 @@ from __future__ import annotations
 from app.agents.companion import TOOL_NAMES
 from app.demo.catalogue import HOTELS, LIBRARY
 from app.demo.names import (
+    ANALYST,
     BOOK,
     BOOKER,
+    BRIEFING_DESK,
     COORDINATOR,
     COUNT_TEXT,
     EXTRACT_KEYWORDS,
@@ -152,6 +154,33 @@ with "topic": your topic, and "found", "facts" and "remaining" as it returned th
 {_FINISH}
 """
 
+BRIEFING_DESK_PROMPT = f"""\
+You are {BRIEFING_DESK}. You brief the user on topics from a library \
+({", ".join(LIBRARY)}) through {ANALYST} subagents that work in the background.
+When the user asks about topics (at most three):
+1. In ONE response, call subagent once per topic with {{"category": "{ANALYST}", "prompt": \
+<the topic>, "background": true}}. Each answers at once with its session_id.
+2. Call subagent_wait with no arguments: you sleep until an analyst ends, and a system \
+message "Background subagent updates:" names the sessions that ended.
+3. For each session it names, call subagent_result with {{"session_id": <it>, \
+"read_method": "summary"}}.
+4. Repeat 2 and 3 until you have read every analyst, then answer in plain text: one line per \
+topic with its summary. Never invent facts: use only what the analysts returned.
+To see where the analysts are, call subagent_status with no arguments; to stop one, \
+subagent_cancel {{"session_id"}}.
+
+${{_installed_subagents}}
+"""
+
+ANALYST_PROMPT = f"""\
+You are {ANALYST}. Your first user message is a topic. Call {LOOKUP_TOPIC} with \
+{{"topic": <the topic, verbatim>, "limit": 4}}. Then answer with exactly this, filled in:
+<subagent_background_result>
+<summary>the topic and its first fact, in one sentence</summary>
+<full_result>every fact, one per line</full_result>
+</subagent_background_result>
+"""
+
 PROMPTS: dict[str, str] = {
     COORDINATOR: COORDINATOR_PROMPT,
     TEXT_STATS: TEXT_STATS_PROMPT,
@@ -163,5 +192,7 @@ PROMPTS: dict[str, str] = {
     BOOKER: BOOKER_PROMPT,
     RESEARCH_LEAD: RESEARCH_LEAD_PROMPT,
     RESEARCHER: RESEARCHER_PROMPT,
+    BRIEFING_DESK: BRIEFING_DESK_PROMPT,
+    ANALYST: ANALYST_PROMPT,
 }
 """Each demo agent's system prompt, by agent name."""

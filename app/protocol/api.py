@@ -61,8 +61,8 @@ class SessionStatusView(WireModel):
     """`parent_suspended` when it failed because its parent suspended, `timeout` when it ran
     out of time."""
     queue_position: int | None = None
-    """For a `queued` background session: how many queued before it wait for a slot (0: it
-    starts next)."""
+    """For a `queued` background session only (absent otherwise): how many queued before it
+    wait for a slot (0: it starts next)."""
     stream_id: str
     """The stream its chunks go to (its root's)."""
     last_sequence: int = 0

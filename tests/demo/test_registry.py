@@ -47,6 +47,11 @@ TREE = {
         ],
     ),
     "researcher": (Findings, ["lookup_topic"]),
+    "briefing-desk": (
+        None,
+        ["subagent", "subagent_status", "subagent_result", "subagent_cancel", "subagent_wait"],
+    ),
+    "analyst": (None, ["lookup_topic"]),
 }
 """Each agent's output schema and tools, in the registry's order."""
 

@@ -98,7 +98,10 @@ async def status(
     view = await (
         runtime.status_tree(session_id, depth=depth) if tree else runtime.status(session_id)
     )
-    return JSONResponse(view.model_dump(by_alias=True))
+    body = view.model_dump(by_alias=True)
+    if body["queuePosition"] is None:
+        del body["queuePosition"]  # only a queued background session has a place
+    return JSONResponse(body)
 
 
 @router.post(
