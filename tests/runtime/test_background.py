@@ -8,7 +8,7 @@ import asyncio
 import json
 from typing import Any
 
-from app import AgentRegistry, AgentRuntime, Delegation, define_agent
+from app import AgentRegistry, AgentRuntime, Delegation, Subagent, define_agent
 from app.models import FunctionModel, ModelRequest, ModelResponse, ToolCall
 from app.protocol import SystemMessage, ToolMessage
 from app.runtime.scheduler import BackgroundSettings
@@ -298,3 +298,49 @@ async def until_completed(runtime: AgentRuntime, session_id: str) -> None:
             return
         await asyncio.sleep(0.02)
     raise AssertionError(f"{session_id} did not complete")
+
+
+async def test_a_timeout_comes_from_the_call_the_category_the_delegation_or_the_server(
+    store: StateStore,
+) -> None:
+    lead = Lead(
+        [
+            [
+                delegate("call", "sleep 5", timeout=0.1),
+                delegate("category", "sleep 5", category="slow"),
+                delegate("delegation", "sleep 5"),
+            ],
+            [control("w", "wait", session_ids=["L-task-call"])],
+            [control("x", "wait", session_ids=["L-task-category"])],
+            [control("y", "wait", session_ids=["L-task-delegation"])],
+        ]
+    )
+    delegation = Delegation(
+        [worker(), Subagent(worker(name="slow"), timeout=0.2)], default_timeout=0.3
+    )
+    agent = lead.agent(delegation)
+    server = BackgroundSettings(timeout=60.0)
+    async with AgentRuntime(AgentRegistry([agent]), store=store, background=server) as runtime:
+        handle = await runtime.execute("lead", "go", session_id="L")
+        result = await asyncio.wait_for(handle.result(), 10)
+        ended = {x: await runtime.status(f"L-task-{x}") for x in ("call", "category", "delegation")}
+
+    assert result.status == "completed", result
+    assert {x: (s.status, s.failure_reason, s.error) for x, s in ended.items()} == {
+        "call": ("failed", "timeout", "The subagent timed out after 0.1s"),
+        "category": ("failed", "timeout", "The subagent timed out after 0.2s"),
+        "delegation": ("failed", "timeout", "The subagent timed out after 0.3s"),
+    }
+
+
+async def test_without_a_timeout_of_its_own_a_child_has_the_servers(store: StateStore) -> None:
+    lead = Lead([[delegate("a", "sleep 5")], [control("w", "wait")]])
+    agent = lead.agent(Delegation([worker()]))
+    server = BackgroundSettings(timeout=0.1)
+    async with AgentRuntime(AgentRegistry([agent]), store=store, background=server) as runtime:
+        handle = await runtime.execute("lead", "go", session_id="L")
+        result = await asyncio.wait_for(handle.result(), 10)
+        child = await runtime.status("L-task-a")
+
+    assert result.status == "completed", result
+    assert (child.failure_reason, child.error) == ("timeout", "The subagent timed out after 0.1s")
