@@ -25,6 +25,7 @@ from app.ids import task_session_id
 from app.protocol import SessionStatus, SubSessionRef
 from app.runtime.calls import CallResult, parse_arguments
 from app.runtime.children import Children, Frame, Parent
+from app.runtime.hooks import fire
 from app.runtime.local import LocalChild, NewChild, new_child, stored
 from app.runtime.outcome import Outcome, Stop
 from app.runtime.persistent import Owner, detach
@@ -168,6 +169,8 @@ async def launch(
         )
         batch.enqueued.append(entry)
         await tree.writer.commit(batch)
+        hooks = owner.agent.hooks
+        await fire(hooks.before_sub_agent, owner.hook_context(), agent.name, child_id, child_input)
         run = fresh.start(owner)
         run.lane = Lane(tree.scheduler, timeout)
         frame = Frame(owner.session_id, owner.agent.name, owner.step, call_id, agent.name, child_id)

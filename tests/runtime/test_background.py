@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 from app import AgentRegistry, AgentRuntime, Delegation, Subagent, define_agent
+from app.agents import AgentHooks
 from app.models import FunctionModel, ModelRequest, ModelResponse, ToolCall
 from app.protocol import SystemMessage, ToolMessage
 from app.runtime.scheduler import BackgroundSettings
@@ -344,3 +345,20 @@ async def test_without_a_timeout_of_its_own_a_child_has_the_servers(store: State
 
     assert result.status == "completed", result
     assert (child.failure_reason, child.error) == ("timeout", "The subagent timed out after 0.1s")
+
+
+async def test_the_parents_hook_hears_of_each_child_it_delegates_to(store: StateStore) -> None:
+    heard: list[tuple[str, str, Any]] = []
+
+    def before(ctx: Any, agent_type: str, child_id: str, child_input: Any) -> None:
+        heard.append((agent_type, child_id, child_input["prompt"]))
+
+    lead = Lead(
+        [[delegate("a", "job a"), delegate("b", "job b", background=False)], [control("w", "wait")]]
+    )
+    agent = lead.agent(Delegation([worker()]), hooks=AgentHooks(before_sub_agent=before))
+    async with AgentRuntime(AgentRegistry([agent]), store=store) as runtime:
+        result = await (await runtime.execute("lead", "go", session_id="L")).result()
+
+    assert result.status == "completed", result
+    assert sorted(heard) == [("worker", "L-task-a", "job a"), ("worker", "L-task-b", "job b")]
