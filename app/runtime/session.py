@@ -519,8 +519,9 @@ class SessionRun:
         last = self.tree.close(self, outcome, batch)
         # A child's parent goes on once its end is taken: the parent's next write follows it
         # (and may carry it: the store may hold it for that). The end of a tree is what its
-        # caller waits for, so it must have landed.
-        landed = self.tree.writer.submit(batch, hold=not last)
+        # caller waits for, so it must have landed; a background session's frees a slot that
+        # queued sessions wait for, so it is not held either.
+        landed = self.tree.writer.submit(batch, hold=not last and self.lane is None)
         if self.lane is not None:
             self.lane.ended(landed)
         if last:

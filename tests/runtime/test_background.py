@@ -13,7 +13,7 @@ from app.agents import AgentHooks
 from app.models import FunctionModel, ModelRequest, ModelResponse, ToolCall
 from app.protocol import SystemMessage, ToolMessage
 from app.runtime.scheduler import BackgroundSettings
-from app.store import StateStore
+from app.store import StateStore, WriteBatch
 from tests.runtime.background_agents import Gate, Lead, control, delegate, worker
 from tests.support import check_invariants, check_tool_calls, until
 
@@ -89,6 +89,30 @@ async def test_seven_launches_run_five_at_once_in_order_and_are_told_once(
     assert await store.queue_counts() == (0, 0)
     check_invariants(chunks)
     check_tool_calls(chunks, "completed")
+
+
+async def test_the_end_that_frees_a_slot_is_not_held_back(store: StateStore) -> None:
+    # A held batch may wait for another write to join (2 ms on SQL stores): the next queued
+    # session would wait for it too, on every hand-off of the slot.
+    ends: list[tuple[list[str], bool]] = []
+    submit = store.submit
+
+    def watched(batch: WriteBatch, *, hold: bool = False) -> asyncio.Future[None]:
+        if batch.dequeued:
+            ends.append((list(batch.dequeued), hold))
+        return submit(batch, hold=hold)
+
+    store.submit = watched  # type: ignore[method-assign]
+    launches = [delegate(f"c{i}", f"job {i}") for i in range(3)]
+    lead = define_agent("lead", model=waiting_lead(launches, []), delegation=Delegation([worker()]))
+    settings = BackgroundSettings(concurrency=1, poll=30)
+    async with AgentRuntime(AgentRegistry([lead]), store=store, background=settings) as runtime:
+        result = await asyncio.wait_for(
+            (await runtime.execute("lead", "go", session_id="L")).result(), 10
+        )
+
+    assert result.status == "completed", result
+    assert sorted(ends) == [([f"L-task-c{i}"], False) for i in range(3)]
 
 
 async def test_a_cancelled_queued_session_never_starts(store: StateStore) -> None:
