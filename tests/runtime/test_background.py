@@ -80,7 +80,10 @@ async def test_seven_launches_run_five_at_once_in_order_and_are_told_once(
     assert sorted(gate.started[:5]) == [f"job {i}" for i in range(5)]
     assert gate.started[5:] == ["job 5", "job 6"]
     launched = [m for m in requests[1].messages if isinstance(m, ToolMessage)]
-    assert [m.result["lifecycle_status"] for m in launched] == ["queued"] * 7  # type: ignore[index]
+    # Each launch answers where its child is: queued, or running if it got a slot at once.
+    states = [m.result["lifecycle_status"] for m in launched]  # type: ignore[index]
+    assert set(states) <= {"queued", "running"}
+    assert states[5:] == ["queued", "queued"]
     notices = json.loads(result.output)  # type: ignore[arg-type]
     told = [line.split()[1] for notice in notices for line in notice.splitlines()[1:]]
     assert sorted(told) == sorted(f"L-task-c{i}" for i in range(7))  # each exactly once
