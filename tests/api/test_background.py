@@ -254,3 +254,45 @@ async def test_subagent_wait_parks_the_parent_until_it_wakes_with_one_batched_no
     assert [m.content for m in woken if isinstance(m, UserMessage)] == ["go"]
     check_invariants(read.chunks)
     check_tool_calls(read.chunks, "completed")
+
+
+async def test_an_interrupt_holds_the_queue_and_a_resume_runs_it_in_order(
+    backend: str, tmp_path: Path
+) -> None:
+    gate = Gate()
+    lead = Lead(
+        [
+            [delegate(x, f"job {x}") for x in "abc"],
+            [control("w", "wait", session_ids=["L-task-c"])],
+        ]
+    )
+    agent = lead.agent(Delegation([worker(gate)]))
+    async with serving(backend, tmp_path, agent, cap=1) as client:
+        await start(client)
+        await until(lambda: gate.started == ["job a"] and len(lead.requests) == 2)
+        before = [await status(client, f"L-task-{x}") for x in "abc"]
+        stopped = await client.post("/interrupt/L", json={"reason": "enough"})
+        assert stopped.status_code == 202, stopped.text
+        first = await read_stream(client, "L")
+        held = [await status(client, f"L-task-{x}") for x in "abc"]
+        gate.open()
+        resumed = await client.post("/resume/L", json={})
+        assert resumed.status_code == 200, resumed.text
+        rest = await read_stream(client, "L", params={"fromSequence": len(first.chunks)})
+
+    assert [(s["status"], s.get("queuePosition")) for s in before] == [
+        ("running", None),
+        ("queued", 0),
+        ("queued", 1),
+    ]
+    assert first.end == {"status": "interrupted"}
+    assert [(s["status"], s["error"]) for s in held] == [("interrupted", "enough")] * 3
+    assert rest.end == {"status": "completed"}
+    # `a` ran again from its checkpoint; `b` and `c` kept their places behind it.
+    assert gate.started == ["job a", "job a", "job b", "job c"]
+    (notice,) = Lead.answers(lead.requests[-1].messages)["notices"]
+    assert told([notice]) == ["L-task-a", "L-task-b", "L-task-c"]
+    # Each run of a child is framed (the interrupted wait is made again: no tool-call check).
+    check_invariants(first.chunks + rest.chunks)
+    starts = [c.sub_session_id for c in rest.chunks if isinstance(c, SubagentStartChunk)]
+    assert sorted(starts) == ["L-task-a", "L-task-b", "L-task-c"]

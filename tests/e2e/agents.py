@@ -7,9 +7,11 @@ lead                 delegates three jobs at once, then reports their scores
 curator              spawns two non-blocking persistent scouts, ends its turn; on the next
 └── scout   (x2)     turn reports the completion notices it got (slowly, to be killed in)
 
-dispatcher           launches N background `subagent` runners (N: its message), waits until
-└── runner  (xN)     it has been told of each, then reports the notices (slowly, to be killed
-                     in); a runner takes RUN_SECONDS, then answers in the summary envelope
+dispatcher           launches N background `subagent` runners (its message: "N [slow] [idle]"),
+└── runner  (xN)     waits until it has been told of each (unless idle: it ends its turn, and
+                     waits on the next), then reports the notices (slowly, to be killed in); a
+                     runner takes RUN_SECONDS (twice that if slow), then answers in the summary
+                     envelope
 
 Every model call and every tool call appends one JSON line to the file named by `E2E_CALL_LOG`
 (when set) before it does anything else, with the process id, so a test that kills a server can
@@ -225,7 +227,7 @@ def runner_model(request: ModelRequest) -> Any:
     task = _first_text(request)
 
     async def run() -> ModelResponse:
-        await asyncio.sleep(RUN_SECONDS)
+        await asyncio.sleep(RUN_SECONDS * (2 if task.endswith(" slow") else 1))
         log_call("done", request.session_id, str(_turn(request)))
         return ModelResponse(
             text=f"<subagent_background_result><summary>did {task}</summary>"
@@ -248,18 +250,21 @@ def launched(root: str, count: int) -> list[str]:
 def dispatcher_model(request: ModelRequest) -> Any:
     turn = _turn(request)
     log_call("model", request.session_id, str(turn))
-    count = int(_first_text(request))
+    words = _first_text(request).split()
+    count, suffix = int(words[0]), " slow" if "slow" in words else ""
     if turn == 0:
         jobs = [
             ToolCall(
                 "subagent",
-                {"category": "runner", "prompt": f"job {index}", "background": True},
+                {"category": "runner", "prompt": f"job {index}{suffix}", "background": True},
                 id=f"j{index}",
             )
             for index in range(count)
         ]
         return ModelResponse(text=f"launching {count}", tool_calls=jobs)
     notices = [m.content for m in request.messages if isinstance(m, SystemMessage)]
+    if "idle" in words and turn == 1:
+        return ModelResponse(text="they run on their own")
     if sum(notice.count("\n- ") for notice in notices) < count:
         return ModelResponse(tool_calls=[ToolCall("subagent_wait", {}, id=f"w{turn}")])
     log_call("report", request.session_id, str(turn))

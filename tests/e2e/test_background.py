@@ -20,12 +20,21 @@ pytestmark = pytest.mark.slow
 FAST_TAKEOVER = {"LEASE_SECONDS": "2", "TAKEOVER_INTERVAL": "0.25"}
 
 
-async def start(url: str, root: str, count: int) -> None:
+async def start(url: str, root: str, message: str) -> None:
+    """Start a dispatcher `root` told `message` ("N [slow] [idle]", see tests.e2e.agents)."""
     async with loopback_client(url) as client:
         answer = await client.post(
-            "/start", json={"agentType": "dispatcher", "message": str(count), "sessionId": root}
+            "/start", json={"agentType": "dispatcher", "message": message, "sessionId": root}
         )
     assert answer.status_code == 201, answer.text
+
+
+async def status(url: str, session_id: str) -> dict[str, Any]:
+    async with loopback_client(url) as client:
+        answer = await client.get(f"/status/{session_id}")
+    assert answer.status_code == 200, answer.text
+    body: dict[str, Any] = answer.json()
+    return body
 
 
 async def logged(cluster: Cluster, kind: str, *sessions: str, timeout: float = 20.0) -> None:
@@ -103,7 +112,16 @@ async def test_two_servers_on_one_postgres_share_the_cap_and_run_each_child_once
 
         sampler = asyncio.create_task(sample())
         try:
-            await asyncio.gather(*(start(url, root, 6) for root, url in roots.items()))
+            # A's first five run (slowly) when B's six are queued behind A's sixth.
+            await start(roots["A"], "A", "6 slow")
+            await logged(pg_cluster, "model", *children["A"][:5])
+            await start(roots["B"], "B", "6")
+            await wait_status(roots["B"], children["B"][-1], "queued", timeout=5)
+            seen = [
+                await status(url, child)
+                for child in children["A"] + children["B"]
+                for url in roots.values()
+            ]
             reads = await asyncio.gather(
                 *(read_stream(url, root, timeout=30) for root, url in roots.items())
             )
@@ -111,6 +129,10 @@ async def test_two_servers_on_one_postgres_share_the_cap_and_run_each_child_once
             sampler.cancel()
         left = await store.queue_counts()
 
+    # Either server shows the one queue: five running, the rest queued in order behind them.
+    expected = [("running", None)] * 5 + [("queued", position) for position in range(7)]
+    assert [(s["status"], s.get("queuePosition")) for s in seen[::2]] == expected
+    assert [(s["status"], s.get("queuePosition")) for s in seen[1::2]] == expected
     for read in reads:
         assert read.end == {"status": "completed"}, pg_cluster.logs()
         check_invariants(read.chunks)
@@ -154,7 +176,7 @@ async def test_a_killed_server_s_queue_runs_on_under_the_heir_and_each_end_is_to
     settings = {**FAST_TAKEOVER, "BACKGROUND_CONCURRENCY": "2", "BACKGROUND_POLL": "0.1"}
     first = await cluster.start("a", **settings)
     root, children = "K", launched("K", 5)
-    await start(first.url, root, 5)
+    await start(first.url, root, "5")
     # Two run (in their model call), three wait in the queue, when the server dies.
     await logged(cluster, "model", *children[:2])
     async with loopback_client(first.url) as client:
@@ -197,7 +219,7 @@ async def test_notices_are_told_once_when_the_kill_falls_in_the_turn_that_reads_
     settings = {**FAST_TAKEOVER, "BACKGROUND_CONCURRENCY": "5", "BACKGROUND_POLL": "0.1"}
     first = await cluster.start("a", **settings)
     root, children = "R", launched("R", 3)
-    await start(first.url, root, 3)
+    await start(first.url, root, "3")
     # The dispatcher has read every notice and is writing its report when the server dies.
     await logged(cluster, "report", root)
     await first.kill()
@@ -216,3 +238,35 @@ async def test_notices_are_told_once_when_the_kill_falls_in_the_turn_that_reads_
     assert reports == [first.pid, heir.pid]  # the report in flight was written again
     runs = [c["session"] for c in calls if c["kind"] == "model" and "-task-" in c["session"]]
     assert sorted(runs) == children  # no child ran again
+
+
+async def test_an_idle_parent_s_children_finish_under_the_heir_and_are_told_on_its_next_turn(
+    cluster: Cluster,
+) -> None:
+    """The dispatcher ended its turn without waiting; its server dies with two children running
+    and three queued. The heir runs them all; the next turn it is given hears of each once."""
+    settings = {**FAST_TAKEOVER, "BACKGROUND_CONCURRENCY": "2", "BACKGROUND_POLL": "0.1"}
+    first = await cluster.start("a", **settings)
+    root, children = "I", launched("I", 5)
+    await start(first.url, root, "5 idle")
+    await wait_status(first.url, root, "completed")
+    await logged(cluster, "model", *children[:2])
+    await first.kill()
+
+    heir = await cluster.start("b", **settings)
+    ran = await read_stream(heir.url, root, timeout=30)
+    assert ran.end == {"status": "completed"}, cluster.logs()
+    for child in children:
+        assert (await status(heir.url, child))["status"] == "completed"
+    before = await conversation(heir.url, root)
+    async with loopback_client(heir.url) as client:
+        answer = await client.post(f"/resume/{root}", json={"message": "report"})
+    assert answer.status_code == 200, answer.text
+    report = await wait_status(heir.url, root, "completed", timeout=20)
+    # Nobody was told before the next turn; it was told of each child once.
+    assert not [m for m in before if m["role"] == "system"]
+    check_told_once(await conversation(heir.url, root), children)
+    for child in children:
+        assert report["output"].count(f"- {child} succeeded.") == 1, report["output"]
+    whole = await read_stream(heir.url, root)
+    check_invariants(whole.chunks)
