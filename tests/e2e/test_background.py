@@ -117,11 +117,12 @@ async def test_two_servers_on_one_postgres_share_the_cap_and_run_each_child_once
             await logged(pg_cluster, "model", *children["A"][:5])
             await start(roots["B"], "B", "6")
             await wait_status(roots["B"], children["B"][-1], "queued", timeout=5)
-            seen = [
-                await status(url, child)
-                for child in children["A"] + children["B"]
-                for url in roots.values()
-            ]
+            async with loopback_client(roots["A"]) as a, loopback_client(roots["B"]) as b:
+                seen = [
+                    (await client.get(f"/status/{child}")).json()
+                    for child in children["A"] + children["B"]
+                    for client in (a, b)
+                ]
             reads = await asyncio.gather(
                 *(read_stream(url, root, timeout=30) for root, url in roots.items())
             )
@@ -206,10 +207,12 @@ async def test_a_killed_server_s_queue_runs_on_under_the_heir_and_each_end_is_to
     runs = [c for c in calls if c["kind"] == "model" and "-task-" in c["session"]]
     # The two running at the kill ran again from their checkpoints under the heir; the queued
     # ones ran once, under the heir, in their order.
-    assert [c["session"] for c in runs if c["pid"] == first.pid] == children[:2]
+    assert sorted(c["session"] for c in runs if c["pid"] == first.pid) == children[:2]
     heirs = [c["session"] for c in runs if c["pid"] == heir.pid]
+    # (Two granted by one claim may start in either order.)
     assert sorted(heirs[:2]) == children[:2]
-    assert heirs[2:] == children[2:]
+    assert sorted(heirs[2:4]) == children[2:4]
+    assert heirs[4:] == children[4:]
     assert most_at_once([c for c in calls if c["pid"] == heir.pid]) == 2
 
 
