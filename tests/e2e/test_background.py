@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from app.store import create_store
+from app.store.sql import SqlStore
 from tests.e2e.agents import launched
 from tests.e2e.conftest import Cluster, loopback_client, read_stream, wait_status
 from tests.support import check_invariants
@@ -99,7 +99,8 @@ async def test_two_servers_on_one_postgres_share_the_cap_and_run_each_child_once
     samples: list[tuple[int, int]] = []
     claims: dict[str, tuple[int, int]] = {}
     """Each child's (seq, started_at) in the queue, once it was claimed."""
-    async with create_store(pg_cluster.database_url) as store:
+    # (SqlStore imported with the module: importing it on the test's loop would stall it.)
+    async with SqlStore(pg_cluster.database_url) as store:
 
         async def sample() -> None:
             while True:
