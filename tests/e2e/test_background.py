@@ -1,7 +1,8 @@
 """Background `subagent` sessions with real server processes (the `dispatcher` of
-`tests.e2e.agents`): two servers on one PostgreSQL share the cap and run each child once, and
-after a SIGKILL another server runs the queue on and tells the parent of each end exactly once,
-also when the kill falls in the turn that reads the notices."""
+`tests.e2e.agents`): two servers on one PostgreSQL share the cap and the queue and run each
+child once, and after a SIGKILL another server runs the queue on and tells the parent of each end
+exactly once: a parent parked in `subagent_wait`, one whose turn had ended, and one killed in the
+turn that reads the notices."""
 
 from __future__ import annotations
 
