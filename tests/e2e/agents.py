@@ -7,6 +7,12 @@ lead                 delegates three jobs at once, then reports their scores
 curator              spawns two non-blocking persistent scouts, ends its turn; on the next
 └── scout   (x2)     turn reports the completion notices it got (slowly, to be killed in)
 
+dispatcher           launches N background `subagent` runners (its message: "N [slow] [idle]"),
+└── runner  (xN)     waits until it has been told of each (unless idle: it ends its turn, and
+                     waits on the next), then reports the notices (slowly, to be killed in); a
+                     runner takes RUN_SECONDS (twice that if slow), then answers in the summary
+                     envelope
+
 Every model call and every tool call appends one JSON line to the file named by `E2E_CALL_LOG`
 (when set) before it does anything else, with the process id, so a test that kills a server can
 tell the calls made before the kill from those made after the restart. The latencies make a run
@@ -24,6 +30,7 @@ from pydantic import BaseModel
 
 from app import (
     AgentRegistry,
+    Delegation,
     PersistentAgent,
     create_sub_agent_tool,
     define_agent,
@@ -206,7 +213,77 @@ curator = define_agent(
     model=FunctionModel(curator_model, latency=0.05),
 )
 
-registry = AgentRegistry([lead, worker, checker, curator])
+RUN_SECONDS = 0.8
+"""How long a background runner works: long enough to be seen running, and killed in."""
+
+
+def _first_text(request: ModelRequest) -> str:
+    return next(m.content for m in request.messages if isinstance(m, UserMessage))
+
+
+def runner_model(request: ModelRequest) -> Any:
+    """Logs its start ("model") and its end ("done"), to count how many run at once."""
+    log_call("model", request.session_id, str(_turn(request)))
+    task = _first_text(request)
+
+    async def run() -> ModelResponse:
+        await asyncio.sleep(RUN_SECONDS * (2 if task.endswith(" slow") else 1))
+        log_call("done", request.session_id, str(_turn(request)))
+        return ModelResponse(
+            text=f"<subagent_background_result><summary>did {task}</summary>"
+            f"<full_result>All of {task}.</full_result></subagent_background_result>"
+        )
+
+    return run()
+
+
+runner = define_agent(
+    "runner", description="Runs one job.", model=FunctionModel(runner_model, latency=0.01)
+)
+
+
+def launched(root: str, count: int) -> list[str]:
+    """The session ids of the runners a dispatcher `root` told to launch `count` launches."""
+    return [f"{root}-task-j{index}" for index in range(count)]
+
+
+def dispatcher_model(request: ModelRequest) -> Any:
+    turn = _turn(request)
+    log_call("model", request.session_id, str(turn))
+    words = _first_text(request).split()
+    count, suffix = int(words[0]), " slow" if "slow" in words else ""
+    if turn == 0:
+        jobs = [
+            ToolCall(
+                "subagent",
+                {"category": "runner", "prompt": f"job {index}{suffix}", "background": True},
+                id=f"j{index}",
+            )
+            for index in range(count)
+        ]
+        return ModelResponse(text=f"launching {count}", tool_calls=jobs)
+    notices = [m.content for m in request.messages if isinstance(m, SystemMessage)]
+    if "idle" in words and turn == 1:
+        return ModelResponse(text="they run on their own")
+    if sum(notice.count("\n- ") for notice in notices) < count:
+        return ModelResponse(tool_calls=[ToolCall("subagent_wait", {}, id=f"w{turn}")])
+    log_call("report", request.session_id, str(turn))
+
+    async def report() -> ModelResponse:
+        await asyncio.sleep(REPORT_SECONDS)
+        return ModelResponse(text="\n".join(notices))
+
+    return report()
+
+
+dispatcher = define_agent(
+    "dispatcher",
+    description="Launches background runners and reports what they did.",
+    delegation=Delegation([runner]),
+    model=FunctionModel(dispatcher_model, latency=0.05),
+)
+
+registry = AgentRegistry([lead, worker, checker, curator, dispatcher])
 
 EXPECTED_OUTPUT = "scores: " + ", ".join(
     json.dumps({"task": task, "score": len(task) * size * 3}) for task, size in JOBS
