@@ -8,7 +8,7 @@ import asyncio
 import json
 from typing import Any
 
-from app import AgentRegistry, AgentRuntime, Delegation, Subagent, define_agent
+from app import AgentRegistry, AgentRuntime, Delegation, FreeSubagents, Subagent, define_agent
 from app.agents import AgentHooks
 from app.models import FunctionModel, ModelRequest, ModelResponse, ToolCall
 from app.protocol import SystemMessage, ToolMessage
@@ -389,3 +389,42 @@ async def test_the_parents_hook_hears_of_each_child_it_delegates_to(store: State
 
     assert result.status == "completed", result
     assert sorted(heard) == [("worker", "L-task-a", "job a"), ("worker", "L-task-b", "job b")]
+
+
+async def test_a_free_form_child_is_built_again_after_a_takeover(store: StateStore) -> None:
+    opened = asyncio.Event()
+    asked: list[ModelRequest] = []
+
+    async def model(request: ModelRequest) -> ModelResponse:
+        if request.session_id == "L-task-f":
+            asked.append(request)
+            await opened.wait()
+            return ModelResponse(text="a fair critique")
+        turn = sum(m.role == "assistant" for m in request.messages)
+        if turn == 0:
+            return ModelResponse(tool_calls=[delegate("f", "the plan", category="critic")])
+        if turn == 1:
+            return ModelResponse(tool_calls=[control("w", "wait")])
+        return ModelResponse(text="done")
+
+    lead = define_agent(
+        "lead",
+        model=FunctionModel(model),
+        delegation=Delegation(free_form=FreeSubagents(system_prompt="You are a {category}.")),
+    )
+    registry = AgentRegistry([lead])
+    async with AgentRuntime(registry, store=store, lease_ms=300, takeover_interval=None) as doomed:
+        await doomed.execute("lead", "go", session_id="L")
+        await until(lambda: len(asked) == 1)
+    opened.set()
+    async with AgentRuntime(registry, store=store, takeover_interval=0.05) as heir:
+        await until_completed(heir, "L")
+        child = await heir.status("L-task-f")
+
+    assert (child.agent_type, child.status, child.output) == (
+        "critic",
+        "completed",
+        "a fair critique",
+    )
+    assert len(asked) == 2  # the heir built the same free-form child and ran it again
+    assert asked[1].system_prompt.startswith("You are a critic.")
