@@ -24,8 +24,10 @@ returned (its `running` status stored) and when its model call started and retur
   database (SQL stores only), cap 1. `--children` rounds: B's lead launches one child that sleeps
   50 ms + a uniform random share of `--poll` (so the end falls at a random phase of A's poll),
   then, once it runs, A's lead launches one child, which queues behind it; the figure is B's
-  child's end landed -> A's child's start. Nothing in A hears of B's end: A's scheduler finds
-  the free slot on its next poll (every `--poll` s while a session waits there).
+  child's end landed -> A's child's start. On PostgreSQL B's end NOTIFYs A's store, whose
+  listener pokes A's scheduler (`StateStore.add_queue_listener`); on SQLite nothing in A hears
+  of it: A's scheduler finds the free slot on its next poll (every `--poll` s while a session
+  waits there).
 - `throughput`: `--leads` leads at once, each launching `--children` / `--leads` children
   through a cap of `--cap`. `children_per_s` = children / (first `execute` -> last end landed);
   `cpu_ms_per_child` is this process's CPU (the database server's is not counted). The most

@@ -71,13 +71,16 @@ class Host:
         """The tasks of the runs started here, until they end."""
         self._background: set[asyncio.Task[Any]] = set()
         self._remove_listener: Any = None
+        self._remove_queue_listener: Any = None
 
     # -- lifecycle -----------------------------------------------------------------------------
 
     async def open(self) -> None:
-        """Hear of interrupts, renew leases, and take over orphaned trees: our own from before
-        a restart at once, before anything can start, then others as their leases expire."""
+        """Hear of interrupts and of freed background slots, renew leases, and take over
+        orphaned trees: our own from before a restart at once, before anything can start, then
+        others as their leases expire."""
         self._remove_listener = self.store.add_interrupt_listener(self.heard_interrupt)
+        self._remove_queue_listener = self.store.add_queue_listener(self.scheduler.poke)
         self.spawn(self._renew_leases())
         if self.takeover_interval is not None:
             await self._take_over_orphans_once(own=True)
@@ -87,6 +90,7 @@ class Host:
         """Give every tree up (as a crash would) and wait up to `shutdown_timeout` seconds for
         its runs to stop before cancelling what is left."""
         self._remove_listener()
+        self._remove_queue_listener()
         self.trees.give_up_all("the runtime closes")
         for task in self._background:
             task.cancel()

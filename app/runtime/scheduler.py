@@ -5,8 +5,11 @@ The queue is durable (the store's `background_queue`); this object only wakes th
 process that wait for a slot. A claim (`StateStore.claim_queued`) looks at the first free
 places of the whole queue and takes those that wait here; a head that waits in another process
 keeps its place and its slot until that process claims it. A claim runs when a session is
-queued, when one of this process's background sessions ends, and every `poll` seconds while
-some wait (a slot freed by another process). See docs/architecture.md, "Background delegation".
+queued, when one of this process's background sessions ends, when the store tells of a write
+that may have freed a slot (`StateStore.add_queue_listener`: another process's too, on
+PostgreSQL), and every `poll` seconds while some wait (a slot freed by another process that the
+store does not tell of: SQLite, or a PostgreSQL listener that is reconnecting). See
+docs/architecture.md, "Background delegation".
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ class BackgroundSettings:
     concurrency: int = 5
     """How many run at once across every process on the store."""
     poll: float = 0.5
-    """Seconds between looks for a slot another process freed, while some wait here."""
+    """Seconds between looks for a slot another process freed, while some wait here (the
+    fallback on PostgreSQL, where such a slot is told of at once)."""
     timeout: float | None = None
     """Seconds a `subagent` child may run when neither its call nor its agent says."""
 
@@ -66,6 +70,8 @@ class Scheduler:
 
     def poke(self) -> None:
         """Claim soon: a session was queued, or a slot may be free."""
+        if not self._waiting:
+            return
         self._poked.set()
         if self._loop is None or self._loop.done():
             self._loop = asyncio.get_running_loop().create_task(self._run())

@@ -249,6 +249,11 @@ class WriteBatch:
         """Whether the batch changes the background queue (deleting sessions may)."""
         return bool(self.enqueued or self.queue_moves or self.dequeued or self.deleted_sessions)
 
+    def may_free_slot(self) -> bool:
+        """Whether the batch may free a slot of the background queue (or a place at its head):
+        it removes or moves rows, or deletes sessions. Only inserting rows never does."""
+        return bool(self.queue_moves or self.dequeued or self.deleted_sessions)
+
 
 @dataclass(frozen=True, slots=True)
 class StreamState:
@@ -316,6 +321,9 @@ class InterruptFlag:
 Listener = Callable[[str], None]
 """Called with a session or stream id; must not block."""
 
+QueueListener = Callable[[], None]
+"""Called when a slot of the background queue may be free; must not block."""
+
 
 class StateStore(abc.ABC):
     """Where sessions, messages, sub-session refs, interrupt flags and streams live.
@@ -328,6 +336,7 @@ class StateStore(abc.ABC):
     def __init__(self) -> None:
         self._state: Literal["new", "open", "closed"] = "new"
         self._interrupt_listeners: list[Listener] = []
+        self._queue_listeners: list[QueueListener] = []
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -507,6 +516,17 @@ class StateStore(abc.ABC):
     async def queue_counts(self) -> tuple[int, int]:
         """How many rows are `queued`, and how many `running`, over every stream."""
 
+    def add_queue_listener(self, listener: QueueListener) -> Callable[[], None]:
+        """Call `listener()` soon after a write that may free a slot (`WriteBatch.may_free_slot`)
+        lands; returns a remover. This store's own writes are told at once; another process's
+        within milliseconds on PostgreSQL (LISTEN/NOTIFY), not at all on SQLite, whose
+        claimants find the slot on their next poll.
+
+        A fast path only: `claim_queued` stays the truth.
+        """
+        self._queue_listeners.append(listener)
+        return lambda: self._queue_listeners.remove(listener)
+
     # -- streams -------------------------------------------------------------------------------
 
     @abc.abstractmethod
@@ -530,3 +550,7 @@ class StateStore(abc.ABC):
     def _notify_interrupt(self, session_id: str) -> None:
         for listener in list(self._interrupt_listeners):
             listener(session_id)
+
+    def _notify_queue(self) -> None:
+        for listener in list(self._queue_listeners):
+            listener()

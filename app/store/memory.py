@@ -88,6 +88,8 @@ class MemoryStore(StateStore):
             return outcome
         self._apply(batch)
         outcome.set_result(None)
+        if batch.may_free_slot():
+            self._notify_queue()
         return outcome
 
     def _apply(self, batch: WriteBatch) -> None:

@@ -37,7 +37,7 @@ from app.store import (
     StreamState,
     WriteBatch,
 )
-from app.store.base import Listener, SessionCursor, StreamWatch
+from app.store.base import Listener, QueueListener, SessionCursor, StreamWatch
 from tests.faults.ledger import Ledger
 
 T = TypeVar("T")
@@ -491,6 +491,13 @@ class FaultyStore(StateStore):
                 listener(session_id)
 
         return self.inner.add_interrupt_listener(heard)
+
+    def add_queue_listener(self, listener: QueueListener) -> Callable[[], None]:
+        def heard() -> None:
+            if not self._severed:
+                listener()
+
+        return self.inner.add_queue_listener(heard)
 
     async def read_chunks(
         self, stream_id: str, *, after: int = 0, limit: int = 1000

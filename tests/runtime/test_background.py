@@ -13,7 +13,8 @@ from app.agents import AgentHooks
 from app.models import FunctionModel, ModelRequest, ModelResponse, ToolCall
 from app.protocol import SystemMessage, ToolMessage
 from app.runtime.scheduler import BackgroundSettings
-from app.store import StateStore, WriteBatch
+from app.store import StateStore, WriteBatch, create_store
+from tests.databases import postgres_database
 from tests.runtime.background_agents import Gate, Lead, control, delegate, worker
 from tests.support import check_invariants, check_tool_calls, until
 
@@ -428,3 +429,50 @@ async def test_a_free_form_child_is_built_again_after_a_takeover(store: StateSto
     )
     assert len(asked) == 2  # the heir built the same free-form child and ran it again
     assert asked[1].system_prompt.startswith("You are a critic.")
+
+
+async def test_a_slot_freed_in_another_process_is_taken_at_once_on_postgres() -> None:
+    # Two runtimes on one database, as two servers: B's child holds the only slot, A's waits
+    # for it. With a poll of 30 s, only the store's notification can start A's child soon.
+    settings = BackgroundSettings(concurrency=1, poll=30)
+    held, waiting = Gate(), Gate()
+    waiting.open()
+
+    def runtime(gate: Gate, store: StateStore) -> AgentRuntime:
+        launches = [delegate("c", "job")]
+        lead = define_agent(
+            "lead", model=waiting_lead(launches, []), delegation=Delegation([worker(gate)])
+        )
+        return AgentRuntime(AgentRegistry([lead]), store=store, background=settings)
+
+    async with (
+        postgres_database() as url,
+        create_store(url) as store_a,
+        create_store(url) as store_b,
+        runtime(waiting, store_a) as a,
+        runtime(held, store_b) as b,
+    ):
+        handle_b = await b.execute("lead", "go", session_id="B")
+        await until(lambda: held.started == ["job"])
+        handle_a = await a.execute("lead", "go", session_id="A")
+        await until_queued(store_a, "A-task-c")
+        await asyncio.sleep(0.2)
+        assert waiting.started == []
+        loop = asyncio.get_running_loop()
+        freed = loop.time()
+        held.open()
+        await until(lambda: waiting.started == ["job"], timeout=5)
+        waited = loop.time() - freed
+        results = await asyncio.wait_for(asyncio.gather(handle_a.result(), handle_b.result()), 10)
+
+    assert waited < 1.0, waited
+    assert [result.status for result in results] == ["completed", "completed"]
+
+
+async def until_queued(store: StateStore, session_id: str) -> None:
+    for _ in range(500):
+        entry = await store.queue_entry(session_id)
+        if entry is not None and entry.state == "queued":
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{session_id} was not queued")

@@ -845,6 +845,26 @@ async def test_deleted_sessions_take_their_queue_rows(store: StateStore) -> None
     assert await store.claim_queued(1, {"b"}, 2) == ["b"]
 
 
+async def test_queue_listeners_hear_of_writes_that_may_free_a_slot(store: StateStore) -> None:
+    await create(store, session("root"))
+    heard: list[None] = []
+    remove = store.add_queue_listener(lambda: heard.append(None))
+    await enqueue(store, "a", "b", "c", "d")
+    assert heard == []  # inserting rows frees nothing
+    assert await store.claim_queued(3, {"a", "b", "c"}, 1) == ["a", "b", "c"]
+    await store.commit(WriteBatch(dequeued=["a"]))
+    assert len(heard) == 1
+    await store.commit(WriteBatch(queue_moves=[QueueMove("b", "held")]))
+    assert len(heard) == 2
+    await store.commit(WriteBatch(deleted_sessions=["c"]))
+    assert len(heard) == 3
+    await store.commit(WriteBatch(updated_sessions=[session("root", step_count=1)]))
+    assert len(heard) == 3
+    remove()
+    await store.commit(WriteBatch(dequeued=["d"]))
+    assert len(heard) == 3
+
+
 async def test_a_refused_fence_leaves_the_queue_untouched(store: StateStore) -> None:
     await create(store, session("root", owner_id="me", lease_expires_at=now_ms() + 60_000))
     await enqueue(store, "a", "b")

@@ -155,6 +155,28 @@ async def test_an_interrupt_raised_by_one_instance_reaches_the_others_listener(
     remove()
 
 
+async def test_a_slot_freed_by_one_instance_wakes_the_others_queue_listener(
+    postgres_url: str,
+) -> None:
+    async with SqlStore(postgres_url) as ender, SqlStore(postgres_url) as claimant:
+        await ender.commit(
+            WriteBatch(
+                new_sessions=[SessionRecord(i, "w", i, "queued", 1, 1) for i in ("a", "b")],
+                enqueued=[QueueEntry(i, i, i, "queued", 0, None, 1) for i in ("a", "b")],
+            )
+        )
+        assert await ender.claim_queued(1, {"a"}, 1) == ["a"]
+        freed = asyncio.Event()
+        remove = claimant.add_queue_listener(freed.set)
+        await ender.commit(WriteBatch(enqueued=[QueueEntry("a", "a", "a", "queued", 0, None, 1)]))
+        await asyncio.sleep(0.1)
+        assert not freed.is_set()  # inserting a row frees no slot
+        await ender.commit(WriteBatch(dequeued=["a"]))
+        assert await timed(freed.wait()) < WAKE_LIMIT
+        assert await claimant.claim_queued(1, {"b"}, 2) == ["b"]
+        remove()
+
+
 async def test_every_interrupt_is_seen_exactly_once_across_instances(
     pair: tuple[SqlStore, SqlStore],
 ) -> None:
@@ -198,6 +220,10 @@ async def test_wake_ups_survive_a_lost_listen_connection(postgres_url: str) -> N
         reader.add_interrupt_listener(lambda _session_id: heard.set())
         await writer.set_interrupt_flag("x")
         assert await timed(heard.wait()) < WAKE_LIMIT
+        freed = asyncio.Event()
+        reader.add_queue_listener(freed.set)
+        await writer.commit(WriteBatch(dequeued=["nobody"]))
+        assert await timed(freed.wait()) < WAKE_LIMIT
 
 
 async def terminate_listeners(sql_url: str) -> None:

@@ -1,10 +1,11 @@
-"""Wake-ups: how stream watches (`watch`) and interrupt listeners learn of other writers.
+"""Wake-ups: how stream watches (`watch`), interrupt and queue listeners learn of other writers.
 
-In-process commits wake a stream's waiters directly. Other processes are heard through
-PostgreSQL's LISTEN/NOTIFY on one dedicated connection, or, on SQLite (and on PostgreSQL while
-that connection is down), by a poller that runs only while someone waits or listens: it asks
-SQLite's `PRAGMA data_version` whether anyone committed, and only then reads the waited streams
-and the raised flags.
+In-process commits wake a stream's waiters and the queue's listeners directly. Other processes
+are heard through PostgreSQL's LISTEN/NOTIFY on one dedicated connection, or, on SQLite (and on
+PostgreSQL while that connection is down), by a poller that runs only while someone waits or
+listens: it asks SQLite's `PRAGMA data_version` whether anyone committed, and only then reads
+the waited streams and the raised flags. The poller does not look for freed queue slots: a
+process with sessions waiting for one claims on a poll of its own (`Scheduler`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from app.errors import StoreClosedError
 from app.store.sql.driver import ALIVE_TIMEOUT, ConnectionPool, DriverSql, RawConnection
 from app.store.sql.engines import DRIVER_ERRORS
 from app.store.sql.group_commit import cancel_quietly
-from app.store.sql.queries import INTERRUPT_CHANNEL, STREAM_CHANNEL, Queries
+from app.store.sql.queries import INTERRUPT_CHANNEL, QUEUE_CHANNEL, STREAM_CHANNEL, Queries
 from app.store.sql.watch import StreamWaiters
 
 logger = logging.getLogger(__name__)
@@ -108,7 +109,8 @@ class Poller:
 
 
 class PgListener:
-    """The one connection that LISTENs for stream and interrupt notifications, reconnecting.
+    """The one connection that LISTENs for stream, interrupt and queue notifications,
+    reconnecting.
 
     Notifications carry their sender's `origin`; the store's own are ignored, since it already
     woke its waiters and listeners itself.
@@ -121,6 +123,7 @@ class PgListener:
         origin: str,
         on_stream: Callable[[str, int | None, str | None], None],
         on_interrupt: Callable[[str], None],
+        on_queue: Callable[[], None],
         on_reconnect: Callable[[], None],
         on_lost: Callable[[], None],
     ) -> None:
@@ -128,6 +131,7 @@ class PgListener:
         self._origin = origin
         self._on_stream = on_stream
         self._on_interrupt = on_interrupt
+        self._on_queue = on_queue
         self._on_reconnect = on_reconnect
         self._on_lost = on_lost
         self._connection: AsyncConnection | None = None
@@ -158,6 +162,7 @@ class PgListener:
             raw.add_termination_listener(self._terminated)
             await raw.add_listener(STREAM_CHANNEL, self._notified)
             await raw.add_listener(INTERRUPT_CHANNEL, self._notified)
+            await raw.add_listener(QUEUE_CHANNEL, self._notified)
         except BaseException:
             with contextlib.suppress(*DRIVER_ERRORS):
                 await connection.invalidate()
@@ -227,6 +232,9 @@ class PgListener:
                     int(sequence) if sequence.isdigit() else None,
                     None if status == "-" else status,
                 )
+        elif channel == QUEUE_CHANNEL:
+            if payload != self._origin:
+                self._on_queue()
         else:
             origin, _, session_id = payload.partition(" ")
             if origin != self._origin:

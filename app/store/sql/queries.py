@@ -61,6 +61,10 @@ STREAM_CHANNEL = "agent_server_stream"
 INTERRUPT_CHANNEL = "agent_server_interrupt"
 """The LISTEN/NOTIFY channel of raised interrupt flags; the payload is `<origin> <session id>`."""
 
+QUEUE_CHANNEL = "agent_server_queue"
+"""The LISTEN/NOTIFY channel of writes that may free a background slot; the payload is
+`<origin>`."""
+
 CHECK_EXISTING_SESSION = 0
 CHECK_EXISTING_KEY = 1
 CHECK_NEXT_MESSAGE = 2

@@ -157,6 +157,7 @@ class SqlStore(StateStore):
                     origin=self._origin,
                     on_stream=self._waiters.notified,
                     on_interrupt=self._notify_interrupt,
+                    on_queue=self._notify_queue,
                     on_reconnect=self._on_reconnect,
                     on_lost=self._ensure_polling,
                 )
@@ -240,6 +241,8 @@ class SqlStore(StateStore):
             for stream_id, (chunks, status) in plan.written(self._waiters).items():
                 self._waiters.landed(stream_id, chunks, status)
         self._waiters.wake(plan.touched())
+        if self._queue_listeners and any(batch.may_free_slot() for batch in batches):
+            self._notify_queue()
 
     # -- sessions ------------------------------------------------------------------------------
 
@@ -512,6 +515,8 @@ class SqlStore(StateStore):
 
     def _on_reconnect(self) -> None:
         self._waiters.wake_all()
+        # A slot freed while deaf was not heard of.
+        self._notify_queue()
         if self._interrupt_listeners:
             task = asyncio.get_running_loop().create_task(self._announce_flags())
             self._background.add(task)

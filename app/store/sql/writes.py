@@ -40,6 +40,7 @@ from app.store.sql.queries import (
     CHECK_EXISTING_SESSION,
     CHECK_LAST_SEQUENCE,
     CHECK_NEXT_MESSAGE,
+    QUEUE_CHANNEL,
     STREAM_CHANNEL,
     Queries,
 )
@@ -279,6 +280,10 @@ class BatchWriter:
         await self._write_inbox(conn, batches, present, now)
         if queue:
             await write_queue(conn, q.backend, batches, present)
+            if q.backend == "postgresql" and any(batch.may_free_slot() for batch in batches):
+                # Delivered on commit, so a claimant woken by it sees the slot free.
+                params = {"channel": QUEUE_CHANNEL, "payloads": [self._origin]}
+                await conn.fetch(q.notify, params)
         return plan
 
     async def _write_inbox(
