@@ -160,6 +160,7 @@ class Host:
         except StreamNotFoundError:
             last_sequence = 0
         tree.writer.restart(last_sequence)
+        await tree.read_stale()
         tree.root_status = record.status
         batch = extra or WriteBatch()
         if root:
@@ -282,7 +283,6 @@ class Host:
             observability.takeover(session_id)
             flag = await self.store.check_interrupt_flag(session_id)
             messages = await self.store.load_messages(session_id) if root else []
-            await tree.read_stale()
             stop = None if flag is None else Stop("interrupted", flag.reason)
             return await self.reopen(
                 tree, record, messages, [], stop=stop, background=background, root=root

@@ -67,7 +67,7 @@ class SessionTree(TreeServices, Protocol):
         here (the stream's status, the lease given up); whether it did."""
 
     def take_stale(self, session_id: str) -> dict[str, StaleCall]:
-        """The session's calls a dead process left open in the stream (given once)."""
+        """The calls of the session its stream shows (given once; see `stale`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -94,7 +94,7 @@ class Tree:
         self._lease_until = 0.0
         self.leased(leased_at)
         self._stale: dict[str, dict[str, StaleCall]] = {}
-        """For a tree taken over: each session's calls a dead process left open."""
+        """For a tree run again: each session's calls in the stream, by id (see `stale`)."""
 
     @property
     def store(self) -> StateStore:
@@ -124,12 +124,12 @@ class Tree:
         return run
 
     async def read_stale(self) -> None:
-        """Before a takeover runs the tree again: note the calls a dead process left open in
-        its stream (see `stale`)."""
+        """Before the tree runs again (a takeover, a resume): note the calls its stream shows
+        that its sessions never committed (see `stale`)."""
         self._stale = await read_stale(self.store, self.root_id)
 
     def take_stale(self, session_id: str) -> dict[str, StaleCall]:
-        """The calls of the session a dead process left open in the stream (given once)."""
+        """The calls of the session the stream shows that were never committed (given once)."""
         return self._stale.pop(session_id, {}) if self._stale else {}
 
     def resume(self, resumed: dict[str, Resumed]) -> None:
