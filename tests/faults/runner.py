@@ -346,7 +346,8 @@ class ScenarioRun:
             node = self._live()
             if node is None:
                 return
-            self.answers += 1
+            # Counted once the request is over: until then the settling waits, as the resume
+            # may be landing while it reads the tree.
             try:
                 handle = await node.request(
                     node.runtime.resume(
@@ -357,6 +358,8 @@ class ScenarioRun:
             except (AgentServerError, TimeoutError) as exc:
                 self._note(f"answering {pending} failed: {type(exc).__name__}: {exc}")
                 continue
+            finally:
+                self.answers += 1
             answered_after = len(chunks)
             asyncio.get_running_loop().create_task(self._watch(handle.result(), "answered run"))
 
