@@ -27,7 +27,14 @@ from app.runtime.outcome import SUSPENDED, Outcome, Stop, stopped_outcome
 from app.runtime.steps import appended
 from app.runtime.subtree import close_subtree
 from app.runtime.trees import Tree, Trees
-from app.store import SessionRecord, StateStore, StreamUpdate, WriteBatch, now_ms
+from app.store import (
+    InterruptFlag,
+    SessionRecord,
+    StateStore,
+    StreamUpdate,
+    WriteBatch,
+    now_ms,
+)
 
 if TYPE_CHECKING:
     from app.runtime.runtime import AgentRuntime
@@ -263,6 +270,7 @@ class Host:
         if session_id in self.trees:
             return None
         tree = self.open_tree(session_id, 0, leased_at=monotonic())
+        flag: InterruptFlag | None = None
         try:
             if not await self.store.claim_session(session_id, self.owner_id, self.lease_ms):
                 self.trees.forget(tree)
@@ -281,12 +289,21 @@ class Host:
                 return None
             logger.info("Taking over session %s", session_id)
             observability.takeover(session_id)
-            flag = await self.store.check_interrupt_flag(session_id)
             messages = await self.store.load_messages(session_id) if root else []
+            flag = await self.store.check_interrupt_flag(session_id)
             stop = None if flag is None else Stop("interrupted", flag.reason)
             return await self.reopen(
                 tree, record, messages, [], stop=stop, background=background, root=root
             )
         except BaseException:
             self.trees.forget(tree)
+            if flag is not None:
+                # Reading the flag cleared it: the next takeover must still hear it.
+                await self._raise_again(session_id, flag.reason)
             raise
+
+    async def _raise_again(self, session_id: str, reason: str | None) -> None:
+        try:
+            await self.store.set_interrupt_flag(session_id, reason)
+        except StoreError:
+            logger.warning("Session %s: an interrupt read by a failed takeover is lost", session_id)

@@ -552,6 +552,33 @@ async def test_a_step_redone_otherwise_after_an_interrupt_gives_its_call_an_id_o
     check_tool_calls(chunks, "completed")
 
 
+async def test_an_interrupt_a_failed_takeover_read_is_honoured_by_the_next_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Reading the interrupt flag clears it: a takeover that read it and then failed (the
+    store out of reach) raises it again, so the takeover after it stops the tree."""
+    registry = napper([30.0, 30.0])
+    async with MemoryStore() as store:
+        async with AgentRuntime(
+            registry, store=store, lease_ms=200, takeover_interval=None
+        ) as doomed:
+            await doomed.execute("napper", "go", session_id="n")
+            await until_chunk(store, "n", "tool_start")
+        await store.set_interrupt_flag("n", "stop")
+        read_chunks = store.read_chunks
+        failures = [StoreUnavailableError("down (test)")]
+
+        async def flaky(*args: Any, **kwargs: Any) -> Any:
+            if failures:
+                raise failures.pop()
+            return await read_chunks(*args, **kwargs)
+
+        monkeypatch.setattr(store, "read_chunks", flaky)
+        async with AgentRuntime(registry, store=store, lease_ms=200, takeover_interval=0.05):
+            await until_status(store, "n", "interrupted")
+        assert not failures
+
+
 async def until_chunk(store: StateStore, stream_id: str, chunk_type: str) -> None:
     for _ in range(500):
         chunks = await store.read_chunks(stream_id)
