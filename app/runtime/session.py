@@ -38,6 +38,7 @@ from app.protocol import (
     TextDeltaChunk,
     ToolCall,
     ToolEndChunk,
+    ToolMessage,
     ToolStartChunk,
     UserMessage,
 )
@@ -244,14 +245,7 @@ class SessionRun:
         return outcome
 
     async def _loop(self) -> Outcome:
-        for call, answer in self.resumed.answered:
-            self.emit(
-                ToolEndChunk,
-                tool_call_id=call.id,
-                tool_name=call.name,
-                result=answer.result,
-                error=answer.error,
-            )
+        self._end_answered()
         pending = Pending(unanswered_calls(self.messages))
         while True:
             if pending.calls:
@@ -264,6 +258,20 @@ class SessionRun:
             if isinstance(step, Outcome):
                 return step
             pending = step
+
+    def _end_answered(self) -> None:
+        """End the calls the stream shows open whose answers the conversation holds: those the
+        client answered, appended by a resume's write. Taken from the store, not from the
+        resume, so a resume cut short after its write (its caller gone, its answer lost) still
+        has them ended by whichever run comes next."""
+        answers = {m.tool_call_id: m for m in self.messages if isinstance(m, ToolMessage)}
+        for call_id, (name, step) in list(self._open_calls.items()):
+            answer = answers.get(call_id)
+            if answer is not None:
+                fields: dict[str, Any] = {"tool_call_id": call_id, "tool_name": name}
+                fields |= {"result": answer.result, "error": answer.error}
+                self.tree.writer.emit(ToolEndChunk, self.session_id, self.agent.name, step, fields)
+                del self._open_calls[call_id]
 
     # -- model phase ---------------------------------------------------------------------------
 
