@@ -462,12 +462,15 @@ class ScenarioRun:
         deadline = time.monotonic() + SETTLE
         while True:
             await asyncio.sleep(0.01)
+            # Counted before the tree is read: an answer that lands while it is read must not
+            # make a tree read before it look final.
+            answers = self.answers
             tree = await read_tree(self.reader, self.root)
             if tree is None:
                 return
             running = tree.running()
             paused = tree.records[self.root].status == "paused_awaiting_client"
-            if not running and not (paused and self.answers < 2):
+            if not running and not (paused and answers < 2):
                 self.report.violations += await check_quiescent(self.reader, tree, self.ledger)
                 return
             key, attempts = self.ledger.most_attempts_since_heal()
