@@ -10,6 +10,7 @@ means, and asks its host to run it. See docs/architecture.md, "Trees and leases"
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Sequence
 from time import monotonic
@@ -71,6 +72,9 @@ class Host:
         self._tasks: set[asyncio.Task[Any]] = set()
         """The tasks of the runs started here, until they end."""
         self._background: set[asyncio.Task[Any]] = set()
+        self._unsettled: dict[str, StreamWriter] = {}
+        """By root: the writer of a tree given up here while some of its writes were in
+        flight."""
         self._remove_listener: Any = None
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -116,6 +120,23 @@ class Host:
     def forget(self, tree: Tree) -> None:
         """The tree no longer runs here."""
         self.trees.forget(tree)
+        if tree.writer.unsettled:
+            self._unsettled[tree.root_id] = tree.writer
+
+    async def settled(self, root_id: str) -> bool:
+        """Whether the writes a run of the tree given up here left in flight have landed or
+        failed (waiting a lease's length at most). Our lease fences another server's, not
+        our own: a tree read again before they land would be written back over them."""
+        writer = self._unsettled.get(root_id)
+        if writer is not None:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.lease_ms / 1000):
+                    await writer.settled()
+            if writer.unsettled:
+                return False
+            if self._unsettled.get(root_id) is writer:
+                del self._unsettled[root_id]
+        return True
 
     def track(self, task: asyncio.Task[Outcome]) -> None:
         """A run started in a task of its own: closing waits for it."""
@@ -267,7 +288,7 @@ class Host:
 
         An interrupt requested while it had no owner is honoured: it stops at once.
         """
-        if session_id in self.trees:
+        if session_id in self.trees or not await self.settled(session_id):
             return None
         tree = self.open_tree(session_id, 0, leased_at=monotonic())
         flag: InterruptFlag | None = None
