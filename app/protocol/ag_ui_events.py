@@ -147,8 +147,8 @@ class StepRedo(TypedDict):
 
     stepName: str
     """`step-<n>`."""
-    reason: Literal["takeover", "model_retry"]
-    """Why: its process died before saving it, or its model call was retried."""
+    reason: Literal["takeover", "resume", "model_retry"]
+    """Why: its process died before saving it, a stop cut it, or its model call was retried."""
     messageIds: list[str]
     """The text messages of the step's earlier attempt, to drop."""
 

@@ -241,8 +241,8 @@ class Redo(TypedDict):
     """The agent whose step it is."""
     step: int
     """The step."""
-    reason: Literal["takeover", "model_retry"]
-    """Why: its process died before saving it, or its model call was retried."""
+    reason: Literal["takeover", "resume", "model_retry"]
+    """Why: its process died before saving it, a stop cut it, or its model call was retried."""
     textIds: list[str]
     """The root's text parts of the step's earlier attempt, to drop (a sub-agent's
     `data-agent` part is sent again without that text)."""

@@ -133,6 +133,10 @@ class ToolPendingChunk(BaseChunk):
     """`client` for a client tool's result, `approval` for an approval."""
 
 
+RedoReason = Literal["takeover", "resume", "model_retry"]
+"""Why a step runs again (`StepRedoChunk.reason`)."""
+
+
 class StepRedoChunk(BaseChunk):
     """The agent's step (`step`) runs again: what the agent streamed for that step before this
     chunk is void (partial text, calls), and the step's new attempt follows. See
@@ -140,9 +144,10 @@ class StepRedoChunk(BaseChunk):
 
     type: Literal["step_redo"] = "step_redo"
     """`step_redo`."""
-    reason: Literal["takeover", "model_retry"]
+    reason: RedoReason
     """`takeover`: the process running the step died before saving it, and another took the
-    session over; `model_retry`: the model call failed after streaming and was retried."""
+    session over; `resume`: a stop cut the step, and the session was resumed; `model_retry`:
+    the model call failed after streaming and was retried."""
 
 
 Chunk = Annotated[

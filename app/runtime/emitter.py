@@ -213,6 +213,11 @@ class StreamWriter:
             outcomes.append(outcome)
         return outcome
 
+    @property
+    def unsettled(self) -> bool:
+        """Whether a batch submitted so far has not landed or failed yet."""
+        return any(not outcome.done() for outcome in self._outcomes)
+
     async def settled(self) -> None:
         """Wait until every batch submitted so far has landed or failed."""
         pending = [outcome for outcome in self._outcomes if not outcome.done()]

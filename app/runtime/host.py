@@ -10,6 +10,7 @@ means, and asks its host to run it. See docs/architecture.md, "Trees and leases"
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Sequence
 from time import monotonic
@@ -28,7 +29,14 @@ from app.runtime.scheduler import BackgroundSettings, Scheduler
 from app.runtime.steps import appended
 from app.runtime.subtree import close_subtree
 from app.runtime.trees import Tree, Trees
-from app.store import SessionRecord, StateStore, StreamUpdate, WriteBatch, now_ms
+from app.store import (
+    InterruptFlag,
+    SessionRecord,
+    StateStore,
+    StreamUpdate,
+    WriteBatch,
+    now_ms,
+)
 
 if TYPE_CHECKING:
     from app.runtime.runtime import AgentRuntime
@@ -70,6 +78,9 @@ class Host:
         self._tasks: set[asyncio.Task[Any]] = set()
         """The tasks of the runs started here, until they end."""
         self._background: set[asyncio.Task[Any]] = set()
+        self._unsettled: dict[str, StreamWriter] = {}
+        """By root: the writer of a tree given up here while some of its writes were in
+        flight."""
         self._remove_listener: Any = None
         self._remove_queue_listener: Any = None
 
@@ -120,6 +131,23 @@ class Host:
     def forget(self, tree: Tree) -> None:
         """The tree no longer runs here."""
         self.trees.forget(tree)
+        if tree.writer.unsettled:
+            self._unsettled[tree.root_id] = tree.writer
+
+    async def settled(self, root_id: str) -> bool:
+        """Whether the writes a run of the tree given up here left in flight have landed or
+        failed (waiting a lease's length at most). Our lease fences another server's, not
+        our own: a tree read again before they land would be written back over them."""
+        writer = self._unsettled.get(root_id)
+        if writer is not None:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.lease_ms / 1000):
+                    await writer.settled()
+            if writer.unsettled:
+                return False
+            if self._unsettled.get(root_id) is writer:
+                del self._unsettled[root_id]
+        return True
 
     def track(self, task: asyncio.Task[Outcome]) -> None:
         """A run started in a task of its own: closing waits for it."""
@@ -171,6 +199,7 @@ class Host:
         except StreamNotFoundError:
             last_sequence = 0
         tree.writer.restart(last_sequence)
+        await tree.read_stale()
         tree.root_status = record.status
         batch = extra or WriteBatch()
         if root:
@@ -274,9 +303,10 @@ class Host:
 
         An interrupt requested while it had no owner is honoured: it stops at once.
         """
-        if session_id in self.trees:
+        if session_id in self.trees or not await self.settled(session_id):
             return None
         tree = self.open_tree(session_id, 0, leased_at=monotonic())
+        flag: InterruptFlag | None = None
         try:
             if not await self.store.claim_session(session_id, self.owner_id, self.lease_ms):
                 self.trees.forget(tree)
@@ -295,13 +325,21 @@ class Host:
                 return None
             logger.info("Taking over session %s", session_id)
             observability.takeover(session_id)
-            flag = await self.store.check_interrupt_flag(session_id)
             messages = await self.store.load_messages(session_id) if root else []
-            await tree.read_stale()
+            flag = await self.store.check_interrupt_flag(session_id)
             stop = None if flag is None else Stop("interrupted", flag.reason)
             return await self.reopen(
                 tree, record, messages, [], stop=stop, background=background, root=root
             )
         except BaseException:
             self.trees.forget(tree)
+            if flag is not None:
+                # Reading the flag cleared it: the next takeover must still hear it.
+                await self._raise_again(session_id, flag.reason)
             raise
+
+    async def _raise_again(self, session_id: str, reason: str | None) -> None:
+        try:
+            await self.store.set_interrupt_flag(session_id, reason)
+        except StoreError:
+            logger.warning("Session %s: an interrupt read by a failed takeover is lost", session_id)

@@ -194,7 +194,6 @@ def plan_answers(paused: PausedTree, answers: Answers, root_id: str) -> AnswerPl
             raise AnswersDoNotFitError(f"{kind}: {what} is missing for {named}")
     plan = AnswerPlan()
     approved: dict[str, set[str]] = {}
-    answered: dict[str, list[tuple[ToolCall, ToolMessage]]] = {}
     for (session_id, call_id), entry in by_key.items():
         key = (session_id, call_id)
         if entry.remote is not None:
@@ -221,12 +220,10 @@ def plan_answers(paused: PausedTree, answers: Answers, root_id: str) -> AnswerPl
         else:
             message = ToolMessage(tool_call_id=call_id, tool_name=call.name, error=REJECTED)
         plan.messages.setdefault(session_id, []).append(message)
-        answered.setdefault(session_id, []).append((call, message))
     plan.resumed = {
         session_id: Resumed(
             approved=frozenset(approved.get(session_id, ())),
             open_calls=frozenset(calls),
-            answered=tuple(answered.get(session_id, ())),
         )
         for session_id, calls in paused.open_calls.items()
     }

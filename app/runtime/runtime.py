@@ -287,6 +287,8 @@ class AgentRuntime:
         """
         self._check_open()
         answers = Answers.parse(tool_results, approvals)
+        if not await self.host.settled(session_id):
+            raise SessionRunningError(f"Session {session_id!r} is still saving its last run")
         record = await self.store.get_session(session_id)
         if not record.is_root:
             raise SessionNotResumableError(

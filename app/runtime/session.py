@@ -34,11 +34,13 @@ from app.protocol import (
     InterruptedChunk,
     Message,
     OutputChunk,
+    RedoReason,
     StepRedoChunk,
     SubSessionRef,
     TextDeltaChunk,
     ToolCall,
     ToolEndChunk,
+    ToolMessage,
     ToolStartChunk,
     UserMessage,
 )
@@ -124,16 +126,20 @@ class SessionRun:
         """For a child that runs on its own (a persistent child in the background): the frame
         its end closes in the stream."""
         self._stale: dict[str, StaleCall] = {}
-        """After a takeover: the calls of a step the dead process never committed, left open
-        in the stream; the step's next model call takes them up (`stale.redo`)."""
+        """After a takeover or a resume: the calls of a step that was never committed (a dead
+        process's, or a stopped one's), which the stream shows; the step's next model call
+        takes them up (`stale.redo`)."""
         self.lane: Lane | None = None
         """For a background `subagent` session: its place in the queue (`tasks.Lane`)."""
+        self._redo_reason: RedoReason = "takeover"
         self._begun = 0
-        """After a takeover: the last step the dead process streamed in. When it is the step
-        about to run, the step is redone, and the stream says so (`step_redo`)."""
-        self._open_calls: dict[str, str] = {}
-        """The calls (id: tool name) whose `tool_start` the stream has with no `tool_end` yet: a
-        session that ends stopped or failed ends them (§10: every `tool_start` is closed)."""
+        """After a takeover or a resume: the step of the session's last chunk in the stream.
+        When it is the step about to run, the step is redone, and the stream says so
+        (`step_redo`)."""
+        self._open_calls: dict[str, tuple[str, int]] = {}
+        """The calls (id: tool name, step) whose `tool_start` the stream has with no `tool_end`
+        yet: a session that ends stopped or failed ends them (§10: every `tool_start` is
+        closed), each in the step that announced it."""
 
     @property
     def session_id(self) -> str:
@@ -167,9 +173,16 @@ class SessionRun:
             chunk_type, self.record.session_id, self.agent.name, self._step, fields
         )
         if chunk_type is ToolStartChunk:
-            self._open_calls[fields["tool_call_id"]] = fields["tool_name"]
+            self._open_calls[fields["tool_call_id"]] = (fields["tool_name"], self._step)
         elif chunk_type is ToolEndChunk:
             self._open_calls.pop(fields["tool_call_id"], None)
+
+    def _end_call(self, call_id: str, name: str, step: int, error: str) -> None:
+        """End an open call with `error`, in the step that announced it (a call a dead process
+        left open belongs to a step this run may not have reached)."""
+        fields = {"tool_call_id": call_id, "tool_name": name, "error": error}
+        self.tree.writer.emit(ToolEndChunk, self.session_id, self.agent.name, step, fields)
+        self._open_calls.pop(call_id, None)
 
     def announce(self, call: ToolCall) -> None:
         """Announce a tool call in the stream."""
@@ -206,11 +219,12 @@ class SessionRun:
         left = self.tree.take_stale(self.session_id)
         if left is not None:
             for call_id, call in left.calls.items():
-                # Open in the stream: the run ends them, or the session's end does.
-                self._open_calls[call_id] = call.name
+                if call.open:  # the run ends them, or the session's end does
+                    self._open_calls[call_id] = (call.name, call.step)
                 if call_id not in self._call_ids:
                     self._stale[call_id] = call
             self._begun = left.step
+            self._redo_reason = "resume" if left.stopped else "takeover"
         hooks = self.agent.hooks
         try:
             if hooks.on_agent_start is not None:
@@ -248,14 +262,7 @@ class SessionRun:
     async def _loop(self) -> Outcome:
         if self.lane is not None:
             await self.lane.begin(self)
-        for call, answer in self.resumed.answered:
-            self.emit(
-                ToolEndChunk,
-                tool_call_id=call.id,
-                tool_name=call.name,
-                result=answer.result,
-                error=answer.error,
-            )
+        self._end_answered()
         pending = Pending(unanswered_calls(self.messages))
         while True:
             if pending.calls:
@@ -268,6 +275,20 @@ class SessionRun:
             if isinstance(step, Outcome):
                 return step
             pending = step
+
+    def _end_answered(self) -> None:
+        """End the calls the stream shows open whose answers the conversation holds: those the
+        client answered, appended by a resume's write. Taken from the store, not from the
+        resume, so a resume cut short after its write (its caller gone, its answer lost) still
+        has them ended by whichever run comes next."""
+        answers = {m.tool_call_id: m for m in self.messages if isinstance(m, ToolMessage)}
+        for call_id, (name, step) in list(self._open_calls.items()):
+            answer = answers.get(call_id)
+            if answer is not None:
+                fields: dict[str, Any] = {"tool_call_id": call_id, "tool_name": name}
+                fields |= {"result": answer.result, "error": answer.error}
+                self.tree.writer.emit(ToolEndChunk, self.session_id, self.agent.name, step, fields)
+                del self._open_calls[call_id]
 
     # -- model phase ---------------------------------------------------------------------------
 
@@ -282,7 +303,7 @@ class SessionRun:
         self.tree.check_lease()
         self._step = self.record.step_count + 1
         if self._begun == self._step:
-            self.emit(StepRedoChunk, reason="takeover")
+            self.emit(StepRedoChunk, reason=self._redo_reason)
         self._begun = 0
         request = ModelRequest(
             session_id=self.session_id,
@@ -335,8 +356,8 @@ class SessionRun:
         turn = self._responses
         calls, ended = redo(response.tool_calls, self._stale, self._call_ids, turn)
         for call_id in ended:
-            name = self._stale[call_id].name
-            self.emit(ToolEndChunk, tool_call_id=call_id, tool_name=name, error=STALE_CALL)
+            stale = self._stale[call_id]
+            self._end_call(call_id, stale.name, stale.step, STALE_CALL)
         self._stale = {}
         if calls == response.tool_calls:
             return response
@@ -386,7 +407,7 @@ class SessionRun:
             if call.name != FINISH_TOOL_NAME and call.id not in self.resumed.open_calls:
                 self.announce(call)
             elif call.id in self.resumed.open_calls:
-                self._open_calls[call.id] = call.name  # announced before the pause
+                self._open_calls[call.id] = (call.name, self._step)  # announced before the pause
         results = await answer_calls(self, pending.calls, new=pending.new)
         answered = [result.message for result in results if result.message is not None]
         messages: list[Message] = [*answered]
@@ -492,11 +513,11 @@ class SessionRun:
         )
         if outcome.status not in ("completed", "paused_awaiting_client"):
             # Calls cut short by the stop or the failure end in the stream, saying so.
-            for call_id, name in list(self._open_calls.items()):
-                error = f"The call did not finish: the session ended {outcome.status}"
-                if outcome.failure_reason == "parent_suspended":
-                    error = "The session suspended before the call finished: it runs again"
-                self.emit(ToolEndChunk, tool_call_id=call_id, tool_name=name, error=error)
+            error = f"The call did not finish: the session ended {outcome.status}"
+            if outcome.failure_reason == "parent_suspended":
+                error = "The session suspended before the call finished: it runs again"
+            for call_id, (name, step) in list(self._open_calls.items()):
+                self._end_call(call_id, name, step, error)
         if outcome.status == "completed":
             self.emit(OutputChunk, output=outcome.output)
         elif outcome.status == "failed":

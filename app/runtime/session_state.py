@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from app.agents import AgentConfig
-from app.protocol import AssistantMessage, Message, SubSessionRef, ToolCall, ToolMessage
+from app.protocol import AssistantMessage, Message, SubSessionRef, ToolCall
 from app.runtime.children import TreeServices
 from app.runtime.outcome import Outcome
 from app.runtime.stale import Leftovers
@@ -67,7 +67,8 @@ class SessionTree(TreeServices, Protocol):
         here (the stream's status, the lease given up); whether it did."""
 
     def take_stale(self, session_id: str) -> Leftovers | None:
-        """What a dead process left of the session in the stream (given once)."""
+        """What the stream shows of the session that was never committed (given once; see
+        `stale`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,9 +96,6 @@ class Resumed:
     open_calls: frozenset[str] = frozenset()
     """Calls whose `tool_start` the stream already has, with no `tool_end` yet (they waited
     for the client, themselves or through a child): they are not announced again."""
-    answered: Sequence[tuple[ToolCall, ToolMessage]] = ()
-    """The calls the client answered (a result, or a refused approval), already in the
-    conversation: the run ends them in the stream as it starts."""
 
 
 RESUMED_NOTHING = Resumed()

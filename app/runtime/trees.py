@@ -104,7 +104,7 @@ class Tree:
         self._lease_until = 0.0
         self.leased(leased_at)
         self._stale: dict[str, Leftovers] = {}
-        """For a tree taken over: each session's calls a dead process left open."""
+        """For a tree run again: what the stream shows of each session (see `stale`)."""
 
     @property
     def scheduler(self) -> Scheduler:
@@ -144,12 +144,12 @@ class Tree:
         return run
 
     async def read_stale(self) -> None:
-        """Before a takeover runs the tree again: note what a dead process left in its stream
-        (see `stale`)."""
+        """Before the tree runs again (a takeover, a resume): note what its stream shows that
+        its sessions never committed (see `stale`)."""
         self._stale = await read_stale(self.store, self.root_id)
 
     def take_stale(self, session_id: str) -> Leftovers | None:
-        """What a dead process left of the session in the stream (given once)."""
+        """What the stream shows of the session that was never committed (given once)."""
         return self._stale.pop(session_id, None) if self._stale else None
 
     def resume(self, resumed: dict[str, Resumed]) -> None:

@@ -139,7 +139,10 @@ class Node:
     async def request(self, work: Awaitable[T]) -> T:
         """Run a client's request in this node; `TimeoutError` if it takes longer than a
         client waits."""
-        return await asyncio.wait_for(self.run(work), CLIENT_TIMEOUT)
+        # Not `asyncio.wait_for`: on Python 3.11 it swallows a cancellation that comes as the
+        # request ends, and the client loop cancelled at a scenario's end would go on forever.
+        async with asyncio.timeout(CLIENT_TIMEOUT):
+            return await self.run(work)
 
     async def start(self) -> None:
         """Start the runtime (which takes over its own orphans at once)."""
@@ -346,7 +349,8 @@ class ScenarioRun:
             node = self._live()
             if node is None:
                 return
-            self.answers += 1
+            # Counted once the request is over: until then the settling waits, as the resume
+            # may be landing while it reads the tree.
             try:
                 handle = await node.request(
                     node.runtime.resume(
@@ -357,6 +361,8 @@ class ScenarioRun:
             except (AgentServerError, TimeoutError) as exc:
                 self._note(f"answering {pending} failed: {type(exc).__name__}: {exc}")
                 continue
+            finally:
+                self.answers += 1
             answered_after = len(chunks)
             asyncio.get_running_loop().create_task(self._watch(handle.result(), "answered run"))
 
@@ -456,12 +462,15 @@ class ScenarioRun:
         deadline = time.monotonic() + SETTLE
         while True:
             await asyncio.sleep(0.01)
+            # Counted before the tree is read: an answer that lands while it is read must not
+            # make a tree read before it look final.
+            answers = self.answers
             tree = await read_tree(self.reader, self.root)
             if tree is None:
                 return
             running = tree.running()
             paused = tree.records[self.root].status == "paused_awaiting_client"
-            if not running and not (paused and self.answers < 2):
+            if not running and not (paused and answers < 2):
                 self.report.violations += await check_quiescent(self.reader, tree, self.ledger)
                 return
             key, attempts = self.ledger.most_attempts_since_heal()

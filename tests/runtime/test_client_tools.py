@@ -11,12 +11,12 @@ from pydantic import BaseModel
 
 from app import AgentRegistry, AgentRuntime, create_sub_agent_tool, define_agent, define_tool
 from app.agents import AgentConfig, ToolContext
-from app.errors import InvalidRequestError, SessionNotResumableError
+from app.errors import InvalidRequestError, SessionNotResumableError, StoreUnavailableError
 from app.models import FunctionModel, ModelRequest, ModelResponse, ToolCall
-from app.protocol import Chunk, ToolMessage
+from app.protocol import Chunk, ToolEndChunk, ToolMessage
 from app.runtime.inputs import REJECTED
-from app.store import StateStore, WriteBatch
-from tests.support import snapshot
+from app.store import MemoryStore, StateStore, WriteBatch
+from tests.support import check_tool_calls, snapshot, until_status
 
 
 class Question(BaseModel):
@@ -294,3 +294,48 @@ async def test_each_row_of_the_cascade_table_on_resume(
     assert done.status == "completed"
     assert expected in str(done.output)
     assert calls["slow 0"] + calls["slow 1"] == slow_calls
+
+
+async def test_a_resume_cut_short_after_its_write_still_ends_the_answered_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The write that appends the answer lands, but the resume never hears so (its answer is
+    lost) and its run never starts: the takeover that runs the tree on ends the answered call
+    in the stream, from the conversation, before anything else."""
+    ask = define_tool("ask_user", description="Ask the user.", input_schema=Question)
+
+    def model(request: ModelRequest) -> ModelResponse:
+        seen = results(request)
+        if not seen:
+            question = ToolCall("ask_user", {"question": "Which city?"}, id="q")
+            return ModelResponse(tool_calls=[question])
+        return ModelResponse(text=f"city={seen['q']}")
+
+    agent = define_agent("asker", tools=[ask], model=FunctionModel(model))
+    registry = AgentRegistry([agent])
+    async with (
+        MemoryStore() as store,
+        AgentRuntime(registry, store=store, lease_ms=200, takeover_interval=0.05) as runtime,
+    ):
+        paused = await (await runtime.execute(agent, "go", session_id="s")).result()
+        assert paused.status == "paused_awaiting_client"
+        submit = store.submit
+        lost = [StoreUnavailableError("The answer to the commit was lost (test)")]
+
+        def lossy(batch: WriteBatch, *, hold: bool = False) -> asyncio.Future[None]:
+            landed = submit(batch, hold=hold)
+            if not (lost and batch.messages):
+                return landed
+            failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            failed.set_exception(lost.pop())
+            return failed
+
+        monkeypatch.setattr(store, "submit", lossy)
+        with pytest.raises(StoreUnavailableError):
+            await runtime.resume("s", tool_results=[{"toolCallId": "q", "result": "Paris"}])
+        await until_status(store, "s", "completed")
+        chunks = await follow(runtime, "s")
+
+    ends = [(c.tool_call_id, c.result) for c in chunks if isinstance(c, ToolEndChunk)]
+    assert ends == [("q", "Paris")]
+    check_tool_calls(chunks, "completed")

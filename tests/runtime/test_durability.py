@@ -491,6 +491,101 @@ async def test_a_step_redone_otherwise_after_a_crash_ends_the_calls_it_left_open
     check_tool_calls(chunks, "completed")
 
 
+def napper(answers: list[float]) -> AgentRegistry:
+    """An agent whose model asks, until a tool answers, for one `nap` call with id "x" (the
+    seconds `answers` gives, one per model call)."""
+    seconds = iter(answers)
+
+    class Nap(BaseModel):
+        seconds: float
+
+    @define_tool("nap", description="Sleep.", input_schema=Nap)
+    async def nap(input: Nap, ctx: ToolContext[Any]) -> str:
+        await asyncio.sleep(input.seconds)
+        return "rested"
+
+    def model(request: ModelRequest) -> ModelResponse:
+        if any(m.role == "tool" for m in request.messages):
+            return ModelResponse(text="done")
+        return ModelResponse(tool_calls=[ToolCall("nap", {"seconds": next(seconds)}, id="x")])
+
+    return AgentRegistry([define_agent("napper", tools=[nap], model=FunctionModel(model))])
+
+
+async def test_a_call_a_dead_process_left_open_ends_in_its_own_step_when_the_heir_stops_at_once(
+    opener: Any,
+) -> None:
+    """Interrupted while nobody ran it, the tree taken over stops before its step runs again:
+    the call the dead process left open ends in the step that announced it, not the step
+    the stopped session counts."""
+    registry = napper([30.0])
+    async with (
+        opener() as store,
+        AgentRuntime(registry, store=store, lease_ms=200, takeover_interval=None) as doomed,
+    ):
+        await doomed.execute("napper", "go", session_id="n")
+        await until_chunk(store, "n", "tool_start")
+    async with opener() as store:
+        await store.set_interrupt_flag("n", "stop")
+        async with AgentRuntime(registry, store=store, takeover_interval=0.05) as heir:
+            await until_status(store, "n", "interrupted")
+            chunks = [chunk async for chunk in heir.follow("n")]
+
+    steps = [(c.type, c.tool_call_id, c.step) for c in chunks if isinstance(c, ToolStartChunk)]
+    steps += [(c.type, c.tool_call_id, c.step) for c in chunks if isinstance(c, ToolEndChunk)]
+    assert steps == [("tool_start", "x", 1), ("tool_end", "x", 1)]
+    check_tool_calls(chunks, "interrupted")
+
+
+async def test_a_step_redone_otherwise_after_an_interrupt_gives_its_call_an_id_of_its_own(
+    opener: Any,
+) -> None:
+    """An interrupt ends a step's call in the stream and drops the step; resumed, the model
+    makes another call under the same id: it gets an id of its own, as the ended call keeps
+    its id."""
+    registry = napper([30.0, 0.0])
+    async with opener() as store, AgentRuntime(registry, store=store) as runtime:
+        await runtime.execute("napper", "go", session_id="n")
+        await until_chunk(store, "n", "tool_start")
+        await runtime.interrupt("n", "stop")
+        await until_status(store, "n", "interrupted")
+        handle = await runtime.resume("n")
+        await asyncio.wait_for(handle.result(), 10)
+        chunks = [chunk async for chunk in runtime.follow("n")]
+
+    calls = [(c.tool_call_id, c.arguments) for c in chunks if isinstance(c, ToolStartChunk)]
+    assert calls == [("x", {"seconds": 30.0}), ("call-0-0", {"seconds": 0.0})]
+    check_invariants(chunks)
+    check_tool_calls(chunks, "completed")
+
+
+async def test_an_interrupt_a_failed_takeover_read_is_honoured_by_the_next_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Reading the interrupt flag clears it: a takeover that read it and then failed (the
+    store out of reach) raises it again, so the takeover after it stops the tree."""
+    registry = napper([30.0, 30.0])
+    async with MemoryStore() as store:
+        async with AgentRuntime(
+            registry, store=store, lease_ms=200, takeover_interval=None
+        ) as doomed:
+            await doomed.execute("napper", "go", session_id="n")
+            await until_chunk(store, "n", "tool_start")
+        await store.set_interrupt_flag("n", "stop")
+        read_chunks = store.read_chunks
+        failures = [StoreUnavailableError("down (test)")]
+
+        async def flaky(*args: Any, **kwargs: Any) -> Any:
+            if failures:
+                raise failures.pop()
+            return await read_chunks(*args, **kwargs)
+
+        monkeypatch.setattr(store, "read_chunks", flaky)
+        async with AgentRuntime(registry, store=store, lease_ms=200, takeover_interval=0.05):
+            await until_status(store, "n", "interrupted")
+        assert not failures
+
+
 async def until_chunk(store: StateStore, stream_id: str, chunk_type: str) -> None:
     for _ in range(500):
         chunks = await store.read_chunks(stream_id)
