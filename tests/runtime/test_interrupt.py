@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from app import AgentRegistry, AgentRuntime, create_sub_agent_tool, define_agent
 from app.errors import SessionNotFoundError, SessionNotResumableError, SessionRunningError
 from app.models import (
+    FunctionModel,
     Model,
     ModelEvent,
     ModelRequest,
@@ -300,3 +301,30 @@ async def exists(store: MemoryStore, session_id: str) -> bool:
     except SessionNotFoundError:
         return False
     return True
+
+
+async def test_a_step_an_interrupt_cut_opens_with_step_redo_on_resume() -> None:
+    model = FunctionModel(
+        lambda _: ModelResponse(text="A long answer, word by word, " * 4), latency=1.0
+    )
+    agent = define_agent("talker", model=model)
+    async with AgentRuntime(AgentRegistry([agent]), flush_delay=0.001) as runtime:
+        await runtime.execute(agent, "go", session_id="s")
+        for _ in range(500):
+            if await runtime.store.read_chunks("s"):
+                break
+            await asyncio.sleep(0.01)
+        await runtime.interrupt("s", "wait")
+        await until_status(runtime.store, "s", "interrupted")
+        resumed = await runtime.resume("s")
+        assert (await resumed.result()).status == "completed"
+        # A new turn after a completed one begins afresh: no redo of its step 1.
+        again = await runtime.resume("s", "and now?")
+        assert (await again.result()).status == "completed"
+        chunks = [chunk async for chunk in runtime.follow("s")]
+
+    kinds = [chunk.type for chunk in chunks]
+    assert kinds.count("step_redo") == 1
+    redo = chunks[kinds.index("step_redo")]
+    assert (redo.step, getattr(redo, "reason", None)) == (1, "resume")
+    assert kinds[kinds.index("step_redo") - 1] == "interrupted"
