@@ -48,7 +48,8 @@ def delegations(agent: AgentConfig) -> dict[str, Delegation]:
     return {
         name: KINDS[type(tool)](tool)
         for name, tool in agent.tool_map.items()
-        if type(tool) in KINDS and getattr(tool, "kind", "delegate") == "delegate"
+        if type(tool) in KINDS
+        and not (isinstance(tool, DelegationTool) and tool.kind != "delegate")
     }
 
 

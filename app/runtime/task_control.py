@@ -26,7 +26,7 @@ from app.protocol import SubSessionRef
 from app.runtime.calls import CallResult, parse_arguments
 from app.runtime.outcome import Stop
 from app.runtime.persistent import Owner
-from app.runtime.tasks import lifecycle
+from app.runtime.tasks import lifecycle, where
 from app.store import SessionRecord
 
 CANCELLED = "Cancelled by its parent"
@@ -73,10 +73,7 @@ class Control:
 
     async def _payload(self, ref: SubSessionRef) -> dict[str, JsonValue]:
         record = await self.store.get_session(ref.sub_session_id)
-        state = lifecycle(record)
-        position = await self.store.queue_position(record.session_id) if state == "queued" else None
-        if state == "queued" and position is None:
-            state = "running"
+        state, position = await where(self.store, record)
         return status_payload(
             session_id=record.session_id,
             category=record.agent_type,
@@ -113,10 +110,7 @@ class Control:
             return ref
         await self._ended([ref.sub_session_id], args.timeout)
         record = await self.store.get_session(ref.sub_session_id)
-        state = lifecycle(record)
-        position = await self.store.queue_position(record.session_id) if state == "queued" else None
-        if state == "queued" and position is None:
-            state = "running"
+        state, position = await where(self.store, record)
         payload = result_payload(
             session_id=record.session_id,
             category=record.agent_type,

@@ -30,7 +30,15 @@ from app.runtime.local import LocalChild, NewChild, new_child, stored
 from app.runtime.outcome import Outcome, Stop
 from app.runtime.persistent import Owner, detach
 from app.runtime.resolve import task_agent
-from app.store import QueueEntry, QueueMove, RefUpsert, SessionRecord, WriteBatch, now_ms
+from app.store import (
+    QueueEntry,
+    QueueMove,
+    RefUpsert,
+    SessionRecord,
+    StateStore,
+    WriteBatch,
+    now_ms,
+)
 
 if TYPE_CHECKING:
     from app.runtime.scheduler import Scheduler
@@ -52,6 +60,16 @@ def lifecycle(record: SessionRecord) -> Lifecycle:
     if status == "failed":
         return "timed_out" if record.failure_reason == "timeout" else "failed"
     return "running"
+
+
+async def where(store: StateStore, record: SessionRecord) -> tuple[Lifecycle, int | None]:
+    """A background session's lifecycle state, with its place in the queue while queued (one
+    that holds a slot but is not stored `running` yet is running)."""
+    state = lifecycle(record)
+    if state != "queued":
+        return state, None
+    position = await store.queue_position(record.session_id)
+    return ("queued", position) if position is not None else ("running", None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,16 +194,13 @@ async def launch(
         frame = Frame(owner.session_id, owner.agent.name, owner.step, call_id, agent.name, child_id)
         detach(tree, run, frame)
         existing = fresh.record
-    position = await tree.store.queue_position(child_id) if existing.status == "queued" else None
-    state = lifecycle(existing)
-    if state == "queued" and position is None:
-        state = "running"  # granted a slot since
+    state, position = await where(tree.store, existing)
     payload = status_payload(
         session_id=child_id,
         category=arguments.category,
         lifecycle=state,
         error=existing.error,
-        queue_position=position if state == "queued" else None,
+        queue_position=position,
     )
     return CallResult(result=payload)
 
