@@ -190,10 +190,19 @@ async def launch(
         hooks = owner.agent.hooks
         await fire(hooks.before_sub_agent, owner.hook_context(), agent.name, child_id, child_input)
         run = fresh.start(owner)
+        existing = fresh.record
+    elif existing.status == "queued" and tree.find(child_id) is None:
+        # Queued by this call before a stop cut it: nothing runs it yet.
+        refs = await tree.store.get_sub_session_refs(owner.session_id)
+        ref = next(ref for ref in refs if ref.sub_session_id == child_id)
+        messages = await tree.store.load_messages(child_id)
+        run = owner.child_run(agent, existing, messages, ref)
+    else:
+        run = None
+    if run is not None:
         run.lane = Lane(tree.scheduler, timeout)
         frame = Frame(owner.session_id, owner.agent.name, owner.step, call_id, agent.name, child_id)
         detach(tree, run, frame)
-        existing = fresh.record
     state, position = await where(tree.store, existing)
     payload = status_payload(
         session_id=child_id,

@@ -484,3 +484,30 @@ async def until_queued(store: StateStore, session_id: str) -> None:
             return
         await asyncio.sleep(0.01)
     raise AssertionError(f"{session_id} was not queued")
+
+
+async def test_a_launch_an_interrupt_cut_after_its_write_starts_its_child_on_resume(
+    store: StateStore,
+) -> None:
+    running: list[AgentRuntime] = []
+
+    async def before(ctx: Any, agent_type: str, child_id: str, child_input: Any) -> None:
+        await running[0].interrupt("L", "stop")  # the child is stored; nothing runs it yet
+        await asyncio.sleep(5)
+
+    lead = Lead([[delegate("a", "job a")], [control("w", "wait")]])
+    agent = lead.agent(Delegation([worker()]), hooks=AgentHooks(before_sub_agent=before))
+    async with AgentRuntime(AgentRegistry([agent]), store=store) as runtime:
+        running.append(runtime)
+        stopped = await asyncio.wait_for(
+            (await runtime.execute("lead", "go", session_id="L")).result(), 10
+        )
+        [chunk async for chunk in runtime.follow("L")]
+        queued = await runtime.status("L-task-a")
+        resumed = await asyncio.wait_for((await runtime.resume("L")).result(), 10)
+        child = await runtime.status("L-task-a")
+
+    assert stopped.status == "interrupted"
+    assert queued.status == "queued"
+    assert resumed.status == "completed", resumed
+    assert child.status == "completed"
