@@ -21,6 +21,9 @@ from app.errors import StoreError
 from app.protocol import BaseChunk, Chunk, TextDeltaChunk
 from app.store import ChunkAppend, RefUpsert, StateStore, WriteBatch, now_ms
 
+PRUNE_AT = 64
+"""The fewest outcomes of submitted batches kept before the settled ones are pruned."""
+
 
 class _Queued:
     """A chunk waiting for its sequence number."""
@@ -71,6 +74,8 @@ class StreamWriter:
         self._failure: BaseException | None = None
         self._outcomes: list[asyncio.Future[None]] = []
         """Outcomes of the batches submitted so far, pruned of settled ones now and then."""
+        self._prune_at = PRUNE_AT
+        """How many outcomes are kept before the settled ones are pruned."""
         self._leader: asyncio.Future[None] | None = None
         self._behind: list[tuple[WriteBatch, bool, asyncio.Future[None]]] = []
         """Batches submitted while the leader is landing, in order, with their outcomes."""
@@ -208,8 +213,11 @@ class StreamWriter:
             outcome = self._hand_over(batch, hold)
         if not outcome.done():
             outcomes = self._outcomes
-            if len(outcomes) >= 64:
+            if len(outcomes) >= self._prune_at:
                 outcomes[:] = [pending for pending in outcomes if not pending.done()]
+                # Twice what is still in flight: with many batches in flight at once (1,000
+                # launches of one step), pruning on every submit would be quadratic.
+                self._prune_at = max(PRUNE_AT, 2 * len(outcomes))
             outcomes.append(outcome)
         return outcome
 
