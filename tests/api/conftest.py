@@ -28,6 +28,12 @@ LATENCY = 0.05
 """Model latency of the test tree: long enough that a run is still going when a test acts."""
 
 
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest) -> str:
+    """The store a test's server runs on, each in turn (a module may narrow the list)."""
+    return str(request.param)
+
+
 @dataclass
 class Server:
     """A running server: its base URL, its runtime and the calls its agents made."""

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from app import AgentRegistry, Delegation, define_agent
 from app.agents import AgentConfig
@@ -33,11 +32,6 @@ from tests.databases import database_url
 from tests.runtime.agents import Calls
 from tests.runtime.background_agents import Gate, Lead, control, delegate, worker
 from tests.support import check_invariants, check_tool_calls, until
-
-
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
-def backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
 
 
 @contextlib.asynccontextmanager

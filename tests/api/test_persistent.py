@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from app import AgentRegistry, PersistentAgent, define_agent, define_tool
 from app.agents import AgentConfig
@@ -30,11 +29,6 @@ from tests.runtime.persistent_agents import (
     spawn,
 )
 from tests.support import check_invariants, check_tool_calls
-
-
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
-def backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
 
 
 @contextlib.asynccontextmanager

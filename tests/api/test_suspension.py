@@ -144,11 +144,6 @@ def tree(calls: Calls, kind: Kind, depth: int) -> AgentConfig:
     return delegating(calls, "root", child)
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
-def backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
 @contextlib.asynccontextmanager
 async def serving(
     backend: str, tmp_path: Path, root: AgentConfig, calls: Calls
