@@ -332,7 +332,7 @@ class Host:
                 tree, record, messages, [], stop=stop, background=background, root=root
             )
         except BaseException:
-            self.trees.forget(tree)
+            self.forget(tree)  # what reopening wrote may still be in flight
             if flag is not None:
                 # Reading the flag cleared it: the next takeover must still hear it.
                 await self._raise_again(session_id, flag.reason)

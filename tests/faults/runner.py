@@ -42,9 +42,11 @@ logger = logging.getLogger(__name__)
 TAKEOVER_INTERVAL = 0.05
 WINDOW = 2.0
 """Longest the faults stay armed, from the root's start."""
-SETTLE = 6.0
+SETTLE = 12.0
 """Longest a scenario may take to become quiescent once healed."""
-LIVELOCK = 3
+STUCK = 3.0
+"""Once healed, a tree in which nothing has moved for this long is stuck."""
+LIVELOCK = 6
 """A call started this many times after the faults healed means the run goes round in
 circles (a takeover that fails the same way every time)."""
 CLOSE = 5.0
@@ -458,7 +460,7 @@ class ScenarioRun:
 
     async def _settle(self) -> None:
         """Wait until the tree is stopped; classify what is still running when nothing moves."""
-        idle = self.scenario.lease_ms / 1000 + 0.4
+        idle = STUCK
         deadline = time.monotonic() + SETTLE
         while True:
             await asyncio.sleep(0.01)
@@ -544,7 +546,8 @@ def where_stuck(runtime: AgentRuntime, root: str) -> str:
     run = tree.find(root) if tree is not None else None
     task = run.task if run is not None else None
     if task is None:
-        return "no root task in its runtime"
+        busy = [_waits(t) for t in runtime.host._background if "take_over" in _waits(t)]
+        return "no root task in its runtime; takeovers at: " + (" | ".join(busy) or "none")
     return "root task at " + _waits(task)
 
 
@@ -578,7 +581,7 @@ def _waits(task: asyncio.Task[Any]) -> str:
             name = Path(frame.f_code.co_filename).name
             frames.append(f"{name}:{frame.f_lineno} {frame.f_code.co_name}")
         coroutine = getattr(coroutine, "cr_await", None) or getattr(coroutine, "ag_await", None)
-    return " > ".join(frames[-6:])
+    return " > ".join(frames[-9:])
 
 
 def scenario_count(default: int = 200) -> int:
