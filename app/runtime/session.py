@@ -34,13 +34,11 @@ from app.protocol import (
     InterruptedChunk,
     Message,
     OutputChunk,
-    RedoReason,
     StepRedoChunk,
     SubSessionRef,
     TextDeltaChunk,
     ToolCall,
     ToolEndChunk,
-    ToolMessage,
     ToolStartChunk,
     UserMessage,
 )
@@ -60,7 +58,6 @@ from app.runtime.session_state import (
     Resumed,
     SessionTree,
 )
-from app.runtime.stale import STALE_CALL, StaleCall, redo
 from app.runtime.steps import (
     added_usage,
     appended,
@@ -69,6 +66,7 @@ from app.runtime.steps import (
     responses_and_call_ids,
     stepped,
 )
+from app.runtime.stream_calls import StreamCalls
 from app.runtime.tasks import Lane
 from app.store import RefUpsert, SessionRecord, WriteBatch, now_ms
 
@@ -125,21 +123,10 @@ class SessionRun:
         self.frame: Frame | None = None
         """For a child that runs on its own (a persistent child in the background): the frame
         its end closes in the stream."""
-        self._stale: dict[str, StaleCall] = {}
-        """After a takeover or a resume: the calls of a step that was never committed (a dead
-        process's, or a stopped one's), which the stream shows; the step's next model call
-        takes them up (`stale.redo`)."""
         self.lane: Lane | None = None
         """For a background `subagent` session: its place in the queue (`tasks.Lane`)."""
-        self._redo_reason: RedoReason = "takeover"
-        self._begun = 0
-        """After a takeover or a resume: the step of the session's last chunk in the stream.
-        When it is the step about to run, the step is redone, and the stream says so
-        (`step_redo`)."""
-        self._open_calls: dict[str, tuple[str, int]] = {}
-        """The calls (id: tool name, step) whose `tool_start` the stream has with no `tool_end`
-        yet: a session that ends stopped or failed ends them (§10: every `tool_start` is
-        closed), each in the step that announced it."""
+        self.calls = StreamCalls(tree.writer, record.session_id, agent.name)
+        """Its calls in the stream: each `tool_start` is ended, whatever ends the session."""
 
     @property
     def session_id(self) -> str:
@@ -172,17 +159,7 @@ class SessionRun:
         self.tree.writer.emit(
             chunk_type, self.record.session_id, self.agent.name, self._step, fields
         )
-        if chunk_type is ToolStartChunk:
-            self._open_calls[fields["tool_call_id"]] = (fields["tool_name"], self._step)
-        elif chunk_type is ToolEndChunk:
-            self._open_calls.pop(fields["tool_call_id"], None)
-
-    def _end_call(self, call_id: str, name: str, step: int, error: str) -> None:
-        """End an open call with `error`, in the step that announced it (a call a dead process
-        left open belongs to a step this run may not have reached)."""
-        fields = {"tool_call_id": call_id, "tool_name": name, "error": error}
-        self.tree.writer.emit(ToolEndChunk, self.session_id, self.agent.name, step, fields)
-        self._open_calls.pop(call_id, None)
+        self.calls.seen(chunk_type, fields, self._step)
 
     def announce(self, call: ToolCall) -> None:
         """Announce a tool call in the stream."""
@@ -218,13 +195,7 @@ class SessionRun:
         self.task = task
         left = self.tree.take_stale(self.session_id)
         if left is not None:
-            for call_id, call in left.calls.items():
-                if call.open:  # the run ends them, or the session's end does
-                    self._open_calls[call_id] = (call.name, call.step)
-                if call_id not in self._call_ids:
-                    self._stale[call_id] = call
-            self._begun = left.step
-            self._redo_reason = "resume" if left.stopped else "takeover"
+            self.calls.take_up(left, self._call_ids)
         hooks = self.agent.hooks
         try:
             if hooks.on_agent_start is not None:
@@ -262,7 +233,7 @@ class SessionRun:
     async def _loop(self) -> Outcome:
         if self.lane is not None:
             await self.lane.begin(self)
-        self._end_answered()
+        self.calls.end_answered(self.messages)
         pending = Pending(unanswered_calls(self.messages))
         while True:
             if pending.calls:
@@ -276,20 +247,6 @@ class SessionRun:
                 return step
             pending = step
 
-    def _end_answered(self) -> None:
-        """End the calls the stream shows open whose answers the conversation holds: those the
-        client answered, appended by a resume's write. Taken from the store, not from the
-        resume, so a resume cut short after its write (its caller gone, its answer lost) still
-        has them ended by whichever run comes next."""
-        answers = {m.tool_call_id: m for m in self.messages if isinstance(m, ToolMessage)}
-        for call_id, (name, step) in list(self._open_calls.items()):
-            answer = answers.get(call_id)
-            if answer is not None:
-                fields: dict[str, Any] = {"tool_call_id": call_id, "tool_name": name}
-                fields |= {"result": answer.result, "error": answer.error}
-                self.tree.writer.emit(ToolEndChunk, self.session_id, self.agent.name, step, fields)
-                del self._open_calls[call_id]
-
     # -- model phase ---------------------------------------------------------------------------
 
     async def _model(self) -> Pending | Outcome:
@@ -302,9 +259,9 @@ class SessionRun:
         await self._read_news()
         self.tree.check_lease()
         self._step = self.record.step_count + 1
-        if self._begun == self._step:
-            self.emit(StepRedoChunk, reason=self._redo_reason)
-        self._begun = 0
+        reason = self.calls.redone(self._step)
+        if reason is not None:
+            self.emit(StepRedoChunk, reason=reason)
         request = ModelRequest(
             session_id=self.session_id,
             agent_type=self.agent.name,
@@ -321,9 +278,7 @@ class SessionRun:
             on_text=self._text,
             on_retry=self._retracted,
         )
-        response = answer.response
-        if self._stale:
-            response = self._redo(response)
+        response = self.calls.redo(answer.response, self._call_ids, self._responses)
         if answer.usage is not None:
             self._usage = added_usage(self._usage, answer.usage)
         calls = response.tool_calls
@@ -349,19 +304,6 @@ class SessionRun:
             return await self._end(Outcome("completed", output=response.content), [response])
         await self._commit([response, UserMessage(content=FINISH_REMINDER)])
         return NOTHING
-
-    def _redo(self, response: AssistantMessage) -> AssistantMessage:
-        """The response of a step a dead process had begun: the calls it left open that this
-        response does not make again end in the stream, and their ids stay theirs."""
-        turn = self._responses
-        calls, ended = redo(response.tool_calls, self._stale, self._call_ids, turn)
-        for call_id in ended:
-            stale = self._stale[call_id]
-            self._end_call(call_id, stale.name, stale.step, STALE_CALL)
-        self._stale = {}
-        if calls == response.tool_calls:
-            return response
-        return AssistantMessage.trusted({"content": response.content, "tool_calls": calls})
 
     async def _read_news(self) -> None:
         """Take into the conversation, before a model call, the notices of persistent children
@@ -407,7 +349,7 @@ class SessionRun:
             if call.name != FINISH_TOOL_NAME and call.id not in self.resumed.open_calls:
                 self.announce(call)
             elif call.id in self.resumed.open_calls:
-                self._open_calls[call.id] = (call.name, self._step)  # announced before the pause
+                self.calls.reopened(call.id, call.name, self._step)  # announced before the pause
         results = await answer_calls(self, pending.calls, new=pending.new)
         answered = [result.message for result in results if result.message is not None]
         messages: list[Message] = [*answered]
@@ -516,8 +458,7 @@ class SessionRun:
             error = f"The call did not finish: the session ended {outcome.status}"
             if outcome.failure_reason == "parent_suspended":
                 error = "The session suspended before the call finished: it runs again"
-            for call_id, (name, step) in list(self._open_calls.items()):
-                self._end_call(call_id, name, step, error)
+            self.calls.end_open(error)
         if outcome.status == "completed":
             self.emit(OutputChunk, output=outcome.output)
         elif outcome.status == "failed":
