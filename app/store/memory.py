@@ -26,21 +26,18 @@ from app.protocol import (
     SubSessionRef,
     chunk_to_json,
 )
-from app.store.base import (
+from app.store.base import QueueEntry, StateStore, StreamWatch, now_ms
+from app.store.queue import MemoryQueue
+from app.store.records import (
     InboxMessage,
     InterruptFlag,
-    QueueEntry,
     SessionCursor,
     SessionRecord,
-    StateStore,
     StoredChunk,
     StreamPage,
     StreamState,
-    StreamWatch,
     WriteBatch,
-    now_ms,
 )
-from app.store.queue import MemoryQueue
 
 
 @dataclasses.dataclass(slots=True)

@@ -16,7 +16,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.sql.elements import ColumnElement
 
 from app.protocol import Message, SessionStatus
-from app.store.base import SessionCursor, SessionRecord
+from app.store.records import SessionCursor, SessionRecord
 from app.store.sql.driver import ConnectionPool, DriverSql
 from app.store.sql.engines import Backend, translate_errors
 from app.store.sql.queries import compile_for

@@ -33,7 +33,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.sql.elements import ColumnElement
 
 from app.errors import SessionNotFoundError
-from app.store.base import QueueEntry, WriteBatch
+from app.store.base import QueueEntry
+from app.store.records import WriteBatch
 from app.store.sql.driver import ConnectionPool, DriverSql, RawConnection
 from app.store.sql.engines import Backend, translate_errors
 from app.store.sql.queries import compile_for

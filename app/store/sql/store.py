@@ -18,21 +18,16 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app import observability
 from app.errors import SessionNotFoundError, StoreUnavailableError, StreamNotFoundError
 from app.protocol import Chunk, Message, SessionStatus, SubSessionRef
-from app.store.base import (
-    DatabaseTimeouts,
+from app.store.base import DatabaseTimeouts, Listener, QueueEntry, StateStore, StreamWatch, now_ms
+from app.store.records import (
     InboxMessage,
     InterruptFlag,
-    Listener,
-    QueueEntry,
     SessionCursor,
     SessionRecord,
-    StateStore,
     StoredChunk,
     StreamPage,
     StreamState,
-    StreamWatch,
     WriteBatch,
-    now_ms,
 )
 from app.store.sql import history
 from app.store.sql.driver import ConnectionPool, DriverSql

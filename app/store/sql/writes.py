@@ -33,7 +33,7 @@ from app.errors import (
     WriteConflictError,
 )
 from app.protocol import STOPPED_STATUSES
-from app.store.base import StoredChunk, WriteBatch
+from app.store.records import StoredChunk, WriteBatch
 from app.store.sql.driver import RawConnection
 from app.store.sql.queries import (
     CHECK_EXISTING_KEY,
