@@ -56,7 +56,7 @@ from app.store.sql.tables import (
 )
 
 STREAM_CHANNEL = "agent_server_stream"
-"""The LISTEN/NOTIFY channel of stream changes (payload: see `writes.stream_change_payloads`)."""
+"""The LISTEN/NOTIFY channel of stream changes (payload: see `plan.stream_change_payloads`)."""
 
 INTERRUPT_CHANNEL = "agent_server_interrupt"
 """The LISTEN/NOTIFY channel of raised interrupt flags; the payload is `<origin> <session id>`."""
