@@ -36,7 +36,7 @@ from app.protocol.ag_ui import AgUiView
 from app.protocol.ai_sdk import UIMessageView
 from app.runtime import StreamFollower
 from app.store import MemoryStore
-from app.store.base import StoredChunk
+from app.store.records import StoredChunk
 
 TEXT = "The garden is beautiful in spring. The old fence is broken, sadly, but the roses bloom."
 

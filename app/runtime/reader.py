@@ -11,7 +11,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 
 from app.protocol import STOPPED_STATUSES, Chunk, SessionStatus, chunk_from_json
 from app.store import StateStore
-from app.store.base import StoredChunk
+from app.store.records import StoredChunk
 
 PAGE_SIZE = 500
 """Chunks per store read: what one SSE write sends at most."""

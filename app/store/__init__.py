@@ -3,27 +3,22 @@
 from __future__ import annotations
 
 from app.errors import DefinitionError
-from app.store.base import (
+from app.store.base import DatabaseTimeouts, QueueEntry, QueueMove, QueueState, StateStore, now_ms
+from app.store.memory import MemoryStore
+from app.store.records import (
     ChunkAppend,
-    DatabaseTimeouts,
     InboxAppend,
     InboxMessage,
     InboxTake,
     InterruptFlag,
     MessageAppend,
-    QueueEntry,
-    QueueMove,
-    QueueState,
     RefUpsert,
     SessionCursor,
     SessionRecord,
-    StateStore,
     StreamState,
     StreamUpdate,
     WriteBatch,
-    now_ms,
 )
-from app.store.memory import MemoryStore
 
 
 def create_store(database_url: str, *, timeouts: DatabaseTimeouts | None = None) -> StateStore:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 from collections.abc import AsyncIterator, Collection, Sequence
 
 from app.errors import (
@@ -15,48 +14,20 @@ from app.errors import (
     LeaseLostError,
     SessionExistsError,
     SessionNotFoundError,
-    StreamNotFoundError,
     WriteConflictError,
 )
-from app.protocol import (
-    STOPPED_STATUSES,
-    Chunk,
-    Message,
-    SessionStatus,
-    SubSessionRef,
-    chunk_to_json,
-)
-from app.store.base import (
+from app.protocol import Chunk, Message, SessionStatus, SubSessionRef
+from app.store.base import QueueEntry, StateStore, StreamWatch, now_ms
+from app.store.memory_streams import MemoryStreams
+from app.store.queue import MemoryQueue
+from app.store.records import (
     InboxMessage,
     InterruptFlag,
-    QueueEntry,
     SessionCursor,
     SessionRecord,
-    StateStore,
-    StoredChunk,
-    StreamPage,
     StreamState,
-    StreamWatch,
     WriteBatch,
-    now_ms,
 )
-from app.store.queue import MemoryQueue
-
-
-@dataclasses.dataclass(slots=True)
-class _Stream:
-    chunks: list[Chunk]
-    status: SessionStatus
-    stopped_at: int | None
-    waiters: list[asyncio.Future[None]]
-    base: int = 0
-    """Chunks deleted by retention: `chunks[0]` has sequence `base + 1`."""
-    stored: list[StoredChunk] = dataclasses.field(default_factory=list)
-    """`chunks[:len(stored)]` serialised, once, by the first read that wanted them."""
-
-    @property
-    def last_sequence(self) -> int:
-        return self.base + len(self.chunks)
 
 
 class MemoryStore(StateStore):
@@ -71,7 +42,7 @@ class MemoryStore(StateStore):
         self._messages: dict[str, list[Message]] = {}
         self._refs: dict[str, dict[str, SubSessionRef]] = {}
         self._flags: dict[str, InterruptFlag] = {}
-        self._streams: dict[str, _Stream] = {}
+        self._streams = MemoryStreams()
         self._inbox: dict[str, list[InboxMessage]] = {}
         self._inbox_ids = 0
         self._queue = MemoryQueue()
@@ -122,22 +93,7 @@ class MemoryStore(StateStore):
             message = InboxMessage(self._inbox_ids, queue.session_id, queue.content, now)
             self._inbox.setdefault(queue.session_id, []).append(message)
         self._queue.apply(batch.enqueued, batch.queue_moves, batch.dequeued)
-        touched: set[str] = set()
-        for chunk_append in batch.chunks:
-            self._stream(chunk_append.stream_id).chunks.extend(chunk_append.chunks)
-            touched.add(chunk_append.stream_id)
-        for update in batch.streams:
-            stream = self._stream(update.stream_id)
-            stream.status = update.status
-            stream.stopped_at = now if update.status in STOPPED_STATUSES else None
-            touched.add(update.stream_id)
-        for stream_id in touched:
-            stream = self._streams[stream_id]
-            if stream.waiters:
-                for waiter in stream.waiters:
-                    if not waiter.done():
-                        waiter.set_result(None)
-                stream.waiters = []
+        self._streams.apply(batch.chunks, batch.streams, now)
 
     def _delete(self, session_id: str) -> None:
         self._queue.remove(session_id)
@@ -194,8 +150,7 @@ class MemoryStore(StateStore):
         for chunk_append in batch.chunks:
             last = lasts.get(chunk_append.stream_id)
             if last is None:
-                stream = self._streams.get(chunk_append.stream_id)
-                last = stream.last_sequence if stream else 0
+                last = self._streams.last_sequence(chunk_append.stream_id)
             # Sequences are numbered by one writer, so checking both ends checks the run.
             chunks = chunk_append.chunks
             if chunks[0].sequence != last + 1 or chunks[-1].sequence != last + len(chunks):
@@ -210,12 +165,6 @@ class MemoryStore(StateStore):
         holder = created[0] if created else self._leases.get(session_id, (None, None))[0]
         if holder != owner_id:
             raise LeaseLostError(f"The lease of session {session_id!r} is not held by {owner_id!r}")
-
-    def _stream(self, stream_id: str) -> _Stream:
-        stream = self._streams.get(stream_id)
-        if stream is None:
-            stream = self._streams[stream_id] = _Stream([], "running", None, [])
-        return stream
 
     async def get_session(self, session_id: str) -> SessionRecord:
         """The session, or `SessionNotFoundError`."""
@@ -379,78 +328,20 @@ class MemoryStore(StateStore):
     ) -> list[Chunk]:
         """Chunks after `after`; sequences are 1-based positions in the list."""
         self._check_open()
-        stream = self._streams.get(stream_id)
-        if stream is None:
-            return []
-        start = max(after - stream.base, 0)
-        return stream.chunks[start : start + limit]
+        return self._streams.read_chunks(stream_id, after, limit)
 
     @contextlib.asynccontextmanager
     async def watch_stream(self, stream_id: str) -> AsyncIterator[StreamWatch]:
         """A watch on the stream (nothing to register: commits wake waiters directly)."""
         self._check_open()
-        yield _MemoryWatch(self, stream_id)
-
-    def _page(self, stream_id: str, after: int, limit: int) -> StreamPage:
-        self._check_open()
-        stream = self._streams.get(stream_id)
-        if stream is None:
-            raise StreamNotFoundError(f"Stream {stream_id!r} not found")
-        start = max(after - stream.base, 0)
-        stop = min(start + limit, len(stream.chunks))
-        stored = stream.stored
-        for chunk in stream.chunks[len(stored) : stop]:
-            stored.append((chunk.sequence, chunk_to_json(chunk).decode()))
-        return StreamPage(stored[start:stop], stream.last_sequence, stream.status)
+        yield self._streams.watch(stream_id, self._check_open)
 
     async def get_stream(self, stream_id: str) -> StreamState:
         """The stream's progress."""
         self._check_open()
-        stream = self._streams.get(stream_id)
-        if stream is None:
-            raise StreamNotFoundError(f"Stream {stream_id!r} not found")
-        return StreamState(stream_id, stream.last_sequence, stream.status)
-
-    async def _next_change(self, stream: _Stream, timeout: float) -> None:
-        waiter = asyncio.get_running_loop().create_future()
-        stream.waiters.append(waiter)
-        try:
-            async with asyncio.timeout(timeout):
-                await waiter
-        except TimeoutError:
-            return
-        finally:
-            if waiter in stream.waiters:
-                stream.waiters.remove(waiter)
+        return self._streams.get(stream_id)
 
     async def delete_finished_streams(self, *, older_than_ms: int) -> int:
         """Forget the chunks of long-stopped streams."""
         self._check_open()
-        cutoff = now_ms() - older_than_ms
-        deleted = 0
-        for stream in self._streams.values():
-            if stream.stopped_at is not None and stream.stopped_at < cutoff:
-                stream.stopped_at = None  # purged: as the SQL store, the next cleanup skips it
-                deleted += len(stream.chunks)
-                stream.base += len(stream.chunks)
-                stream.chunks = []
-                stream.stored = []
-        return deleted
-
-
-class _MemoryWatch(StreamWatch):
-    def __init__(self, store: MemoryStore, stream_id: str) -> None:
-        self._store = store
-        self._stream_id = stream_id
-        self._seen: tuple[int, SessionStatus] | None = None
-
-    async def read(self, *, after: int, limit: int) -> StreamPage:
-        page = self._store._page(self._stream_id, after, limit)
-        self._seen = (page.last_sequence, page.status)
-        return page
-
-    async def wait(self, timeout: float) -> None:
-        self._store._check_open()
-        stream = self._store._stream(self._stream_id)
-        if (stream.last_sequence, stream.status) == self._seen:
-            await self._store._next_change(stream, timeout)
+        return self._streams.delete_stopped_before(now_ms() - older_than_ms)

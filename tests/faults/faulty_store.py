@@ -37,7 +37,8 @@ from app.store import (
     StreamState,
     WriteBatch,
 )
-from app.store.base import Listener, QueueListener, SessionCursor, StreamWatch
+from app.store.base import Listener, QueueListener, StreamWatch
+from app.store.records import SessionCursor
 from tests.faults.ledger import Ledger
 
 T = TypeVar("T")

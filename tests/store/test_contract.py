@@ -51,7 +51,7 @@ from app.store import (
     WriteBatch,
     now_ms,
 )
-from app.store.base import StreamPage
+from app.store.records import StreamPage
 
 
 def session(session_id: str = "s1", **changes: object) -> SessionRecord:

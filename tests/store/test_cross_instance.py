@@ -26,7 +26,7 @@ from app.store import (
     WriteBatch,
     now_ms,
 )
-from app.store.base import StreamPage
+from app.store.records import StreamPage
 from app.store.sql import SqlStore
 
 WAKE_LIMIT = 1.0

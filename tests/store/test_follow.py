@@ -8,7 +8,7 @@ import random
 from app.protocol import TextDeltaChunk, chunk_to_json
 from app.runtime import StreamFollower
 from app.store import ChunkAppend, StateStore, StreamUpdate, WriteBatch
-from app.store.base import StreamPage
+from app.store.records import StreamPage
 from app.store.sql import SqlStore
 from app.store.sql.watch import TAIL_CHUNKS
 

@@ -10,8 +10,8 @@ from sqlalchemy.dialects.postgresql.asyncpg import dialect as asyncpg_dialect
 from sqlalchemy.engine import make_url
 
 from app.store.sql import SqlStore
+from app.store.sql.compiling import compile_for
 from app.store.sql.pg_write import GUARD_CHECKS, PARTS, build_write_all
-from app.store.sql.queries import compile_for
 
 pytestmark = pytest.mark.postgres
 

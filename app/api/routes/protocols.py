@@ -26,7 +26,7 @@ from app.protocol.ai_sdk import DONE, HEADERS, UIMessageView
 from app.protocol.values import SessionId
 from app.runtime import StreamFollower
 from app.store import StateStore
-from app.store.base import StoredChunk
+from app.store.records import StoredChunk
 
 router = APIRouter(tags=["protocols"], route_class=ApiRoute)
 

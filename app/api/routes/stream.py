@@ -21,7 +21,7 @@ from app.api.tokens import TOKEN_PATTERN
 from app.protocol.api import StreamEnd
 from app.protocol.values import MAX_SEQUENCE, SequenceNumber, SessionId
 from app.runtime import StreamFollower
-from app.store.base import StoredChunk
+from app.store.records import StoredChunk
 from app.transport.http import HEARTBEAT_HEADER
 
 router = APIRouter(tags=["stream"], route_class=ApiRoute)

@@ -30,7 +30,7 @@ from app.errors import (
     StoreRefusedError,
     StoreUnavailableError,
 )
-from app.store.base import WriteBatch
+from app.store.records import WriteBatch
 from app.store.sql.writes import batch_size
 
 logger = logging.getLogger(__name__)

@@ -11,33 +11,15 @@ import functools
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import ARRAY, String, any_, bindparam, func, literal_column, select, tuple_
-from sqlalchemy.engine import make_url
-from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy import bindparam, literal_column, select, tuple_
 
 from app.protocol import Message, SessionStatus
-from app.store.base import SessionCursor, SessionRecord
+from app.store.records import SessionCursor, SessionRecord
+from app.store.sql.compiling import among_ids, compile_for, dialect_for
 from app.store.sql.driver import ConnectionPool, DriverSql
 from app.store.sql.engines import Backend, translate_errors
-from app.store.sql.queries import compile_for
 from app.store.sql.rows import message_from_body, session_from_row
 from app.store.sql.tables import messages, sessions
-
-_DIALECT_URLS: dict[Backend, str] = {
-    "sqlite": "sqlite+aiosqlite:///store.db",
-    "postgresql": "postgresql+asyncpg://localhost/store",
-}
-
-
-def _dialect(backend: Backend) -> Any:
-    return make_url(_DIALECT_URLS[backend]).get_dialect()()
-
-
-def _among(backend: Backend, column: Any, name: str) -> ColumnElement[bool]:
-    if backend == "postgresql":
-        return column == any_(bindparam(name, type_=ARRAY(String)))  # type: ignore[no-any-return]
-    listed: Any = select(literal_column("value")).select_from(func.json_each(bindparam(name)))
-    return column.in_(listed)  # type: ignore[no-any-return]
 
 
 @functools.cache
@@ -49,7 +31,7 @@ def list_sessions(
     c = sessions.c
     statement = select(sessions).where(c.stream_id == c.session_id)
     if by_status:
-        statement = statement.where(_among(backend, c.status, "statuses"))
+        statement = statement.where(among_ids(backend, c.status, "statuses"))
     if by_agent:
         statement = statement.where(c.agent_type == bindparam("agent_type"))
     if after_cursor:
@@ -62,7 +44,7 @@ def list_sessions(
         .limit(bindparam("limit"))
         .offset(literal_column("0"))
     )
-    return compile_for(statement, _dialect(backend))
+    return compile_for(statement, dialect_for(backend))
 
 
 @functools.cache
@@ -76,7 +58,7 @@ def read_messages(backend: Backend) -> DriverSql:
         .limit(bindparam("limit"))
         .offset(literal_column("0"))
     )
-    return compile_for(statement, _dialect(backend))
+    return compile_for(statement, dialect_for(backend))
 
 
 @functools.cache
@@ -88,7 +70,7 @@ def stream_sessions(backend: Backend) -> DriverSql:
         .where(c.stream_id == bindparam("stream_id"))
         .order_by(c.created_at, c.session_id)
     )
-    return compile_for(statement, _dialect(backend))
+    return compile_for(statement, dialect_for(backend))
 
 
 class HistoryReads:

@@ -19,7 +19,7 @@ import functools
 import itertools
 from dataclasses import dataclass
 
-from app.store.base import WriteBatch
+from app.store.records import WriteBatch
 from app.store.sql.group_commit import Apply, GroupCommitter
 
 

@@ -21,11 +21,8 @@ from sqlalchemy import (
     BigInteger,
     BindParameter,
     ColumnElement,
-    Select,
     String,
     Table,
-    TextClause,
-    any_,
     bindparam,
     delete,
     func,
@@ -37,9 +34,10 @@ from sqlalchemy import (
     union_all,
     update,
 )
-from sqlalchemy.engine import Dialect, make_url
+from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.elements import ClauseElement
 
+from app.store.sql.compiling import among_ids, compile_for, dialect_for, upsert
 from app.store.sql.driver import DriverSql
 from app.store.sql.engines import Backend
 from app.store.sql.pg_write import build_write_all
@@ -56,7 +54,7 @@ from app.store.sql.tables import (
 )
 
 STREAM_CHANNEL = "agent_server_stream"
-"""The LISTEN/NOTIFY channel of stream changes (payload: see `writes.stream_change_payloads`)."""
+"""The LISTEN/NOTIFY channel of stream changes (payload: see `plan.stream_change_payloads`)."""
 
 INTERRUPT_CHANNEL = "agent_server_interrupt"
 """The LISTEN/NOTIFY channel of raised interrupt flags; the payload is `<origin> <session id>`."""
@@ -71,33 +69,6 @@ CHECK_NEXT_MESSAGE = 2
 CHECK_LAST_SEQUENCE = 3
 
 
-def compile_for(statement: ClauseElement, dialect: Dialect) -> DriverSql:
-    """`statement` as the driver's SQL; constants must be literal SQL, not bound values."""
-    compiled = statement.compile(dialect=dialect)
-    constants = [name for name, value in compiled.params.items() if value is not None]
-    if constants:
-        raise ValueError(f"Write constants as literal SQL, not parameters: {constants}")
-    return DriverSql(compiled.string, getattr(compiled, "positiontup", None) or ())
-
-
-def upsert(table: Table, key: tuple[str, ...], **values: str) -> TextClause:
-    """`INSERT ... ON CONFLICT (key) DO UPDATE` of every column but the key and `values`.
-
-    Columns take the bind parameter of their name unless `values` gives them a SQL expression.
-    Text, because the syntax is the same on both backends and SQLAlchemy's dialect-specific
-    `on_conflict_do_update` cannot be cached.
-    """
-    names = [column.name for column in table.columns]
-    inserted = ", ".join(values.get(name, f":{name}") for name in names)
-    updated = ", ".join(
-        f"{name} = excluded.{name}" for name in names if name not in key and name not in values
-    )
-    return text(
-        f"INSERT INTO {table.name} ({', '.join(names)}) VALUES ({inserted}) "
-        f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {updated}"
-    )
-
-
 def _insert(table: Table) -> ClauseElement:
     return insert(table).values({column.name: bindparam(column.name) for column in table.columns})
 
@@ -110,11 +81,7 @@ class Queries:
         pg = backend == "postgresql"
 
         def among(column: Any, name: str) -> ColumnElement[bool]:
-            if pg:
-                return column == any_(bindparam(name, type_=ARRAY(String)))  # type: ignore[no-any-return]
-            each = func.json_each(bindparam(name))
-            listed: Select[tuple[Any]] = select(literal_column("value")).select_from(each)
-            return column.in_(listed)  # type: ignore[no-any-return]
+            return among_ids(backend, column, name)
 
         def driver(statement: ClauseElement) -> DriverSql:
             return compile_for(statement, dialect)
@@ -389,13 +356,7 @@ class Queries:
         return listed if self.backend == "postgresql" else json.dumps(listed)
 
 
-_DIALECT_URLS: dict[Backend, str] = {
-    "sqlite": "sqlite+aiosqlite:///store.db",
-    "postgresql": "postgresql+asyncpg://localhost/store",
-}
-
-
 @functools.cache
 def queries_for(backend: Backend) -> Queries:
     """The statements of `backend`, compiled once per process (compiling takes ~40 ms)."""
-    return Queries(backend, make_url(_DIALECT_URLS[backend]).get_dialect()())
+    return Queries(backend, dialect_for(backend))

@@ -17,35 +17,19 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import (
-    ARRAY,
-    String,
-    any_,
-    bindparam,
-    delete,
-    func,
-    literal_column,
-    select,
-    text,
-    update,
-)
-from sqlalchemy.engine import make_url
+from sqlalchemy import bindparam, delete, func, literal_column, select, text, update
 from sqlalchemy.sql.elements import ColumnElement
 
 from app.errors import SessionNotFoundError
-from app.store.base import QueueEntry, WriteBatch
+from app.store.base import QueueEntry
+from app.store.records import WriteBatch
+from app.store.sql.compiling import among_ids, compile_for, dialect_for
 from app.store.sql.driver import ConnectionPool, DriverSql, RawConnection
 from app.store.sql.engines import Backend, translate_errors
-from app.store.sql.queries import compile_for
 from app.store.sql.tables import background_queue
 
 QUEUE_LOCK_KEY = 0x5A_67_51_75
 """The PostgreSQL advisory lock that serialises claims and queue writes across processes."""
-
-_DIALECT_URLS: dict[Backend, str] = {
-    "sqlite": "sqlite+aiosqlite:///store.db",
-    "postgresql": "postgresql+asyncpg://localhost/store",
-}
 
 _COLUMNS = (
     "session_id",
@@ -81,7 +65,7 @@ class QueueSql:
 @functools.cache
 def queue_sql(backend: Backend) -> QueueSql:
     """The queue's statements of `backend`, compiled once per process."""
-    dialect = make_url(_DIALECT_URLS[backend]).get_dialect()()
+    dialect = dialect_for(backend)
     pg = backend == "postgresql"
     c = background_queue.c
 
@@ -89,10 +73,7 @@ def queue_sql(backend: Backend) -> QueueSql:
         return compile_for(statement, dialect)
 
     def among(column: Any, name: str) -> ColumnElement[bool]:
-        if pg:
-            return column == any_(bindparam(name, type_=ARRAY(String)))  # type: ignore[no-any-return]
-        listed: Any = select(literal_column("value")).select_from(func.json_each(bindparam(name)))
-        return column.in_(listed)  # type: ignore[no-any-return]
+        return among_ids(backend, column, name)
 
     queued = c.state == literal_column("'queued'")
     columns = [c[name] for name in _COLUMNS]

@@ -14,7 +14,7 @@ import pydantic_core
 
 from app.protocol import MESSAGE_ADAPTER, Chunk, Message, RemoteRef, SubSessionRef
 from app.protocol.chunks import BaseChunk, chunk_from_json, chunk_to_json
-from app.store.base import SessionRecord
+from app.store.records import SessionRecord
 from app.store.sql.tables import sessions, sub_session_refs
 
 SESSION_COLUMNS = tuple(str(column.name) for column in sessions.columns)

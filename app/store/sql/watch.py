@@ -18,7 +18,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from app.protocol import SessionStatus
-from app.store.base import StoredChunk, StreamPage, StreamWatch
+from app.store.base import StreamWatch
+from app.store.records import StoredChunk, StreamPage
 
 Progress = tuple[int, SessionStatus]
 """A stream's last sequence and status."""
