@@ -1,7 +1,8 @@
 """The children of one session, kept by one object (`Children`): it frames a delegated call in the
 stream, runs the child's life in a task of its own, tracks the children running, gives them the
 session's stops, and settles them. Each kind of child (a local sub-agent, a remote one) is a
-`Delegation` that plugs in; nothing else touches a session's child bookkeeping.
+`Delegation` that plugs in (app/runtime/child_kinds.py); nothing else touches a session's child
+bookkeeping.
 
 See docs/architecture.md, "Children".
 """
@@ -11,161 +12,22 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, JsonValue
+from pydantic import JsonValue
 
 from app import observability
-from app.protocol import BaseChunk, SubagentEndChunk, SubagentStartChunk, SubSessionRef, ToolCall
+from app.protocol import SubagentEndChunk, SubagentStartChunk, SubSessionRef, ToolCall
 from app.runtime.calls import CallResult, parse_arguments
+from app.runtime.child_kinds import Child, Delegation, Parent, Prepared
 from app.runtime.hooks import fire
 from app.runtime.outcome import Outcome, Stop, stopped_outcome
 from app.runtime.steps import ended_ref
 from app.runtime.subtree import close_subtree
-from app.store import RefUpsert, SessionRecord, WriteBatch
+from app.store import RefUpsert, WriteBatch
 
 if TYPE_CHECKING:
-    from app.agents import AgentConfig, AgentRegistry, HookContext
-    from app.protocol import Message, SubSessionRef
     from app.runtime.emitter import StreamWriter
-    from app.runtime.scheduler import Scheduler
-    from app.runtime.tasks import Lane
-    from app.store import StateStore
-
-
-class Run(Protocol):
-    """A session's run as its parent holds it."""
-
-    frame: Frame | None
-    """Set for a run on its own (not inside its parent's call): what its end closes."""
-    inbox_due: bool
-    """Set when a message was queued for it: it reads its inbox before its next model call."""
-    lane: Lane | None
-    """Set for a background `subagent` session: its place in the queue."""
-
-    @property
-    def ending(self) -> bool:
-        """Whether it is past reading anything more (writing its end, or ended)."""
-
-    def stop(self, stop: Stop) -> None:
-        """Stop it and its children (idempotent)."""
-
-    async def run(self) -> Outcome:
-        """Run it to an outcome, committed."""
-
-
-class Child(Protocol):
-    """A running child a parent can stop: a local child's run, or a remote one's copier."""
-
-    def stop(self, stop: Stop) -> None:
-        """Stop it (idempotent)."""
-
-
-class TreeServices(Protocol):
-    """What every session of a tree shares: the store, the agents, the stream's writer, and the
-    lease of the tree."""
-
-    @property
-    def store(self) -> StateStore: ...
-
-    @property
-    def registry(self) -> AgentRegistry: ...
-
-    @property
-    def writer(self) -> StreamWriter: ...
-
-    @property
-    def scheduler(self) -> Scheduler:
-        """Grants the tree's background `subagent` sessions their slots."""
-
-    @property
-    def task_timeout(self) -> float | None:
-        """The runtime's default time limit of a `subagent` child."""
-
-    def check_lease(self) -> None:
-        """Raise (giving the tree up) if this process may no longer hold the tree's lease."""
-
-
-class Parent(Protocol):
-    """What a child needs of the session it belongs to."""
-
-    @property
-    def session_id(self) -> str: ...
-
-    @property
-    def record(self) -> SessionRecord: ...
-
-    @property
-    def agent(self) -> AgentConfig: ...
-
-    @property
-    def tree(self) -> TreeServices: ...
-
-    def emit(self, chunk_type: type[BaseChunk], **fields: Any) -> None:
-        """Emit a chunk from the parent into the tree's stream."""
-
-    def hook_context(self) -> HookContext:
-        """The parent, for its hooks."""
-
-    def child_run(
-        self,
-        agent: AgentConfig,
-        record: SessionRecord,
-        messages: list[Message],
-        ref: SubSessionRef,
-    ) -> Run:
-        """The run of a local child of the parent, ready to start."""
-
-
-class Prepared(Protocol):
-    """A child made ready to be stored with the response that starts it (one write for both)."""
-
-    @property
-    def record(self) -> SessionRecord: ...
-
-    @property
-    def ref(self) -> SubSessionRef: ...
-
-    def add_to(self, batch: WriteBatch) -> None:
-        """Write the child in `batch`."""
-
-    def start(self, parent: Parent) -> Run:
-        """Its run, once it is stored."""
-
-
-class Delegation(Protocol):
-    """A kind of child: how a tool call becomes a child session and, in the end, an outcome."""
-
-    @property
-    def input_schema(self) -> type[BaseModel]:
-        """What the call's arguments must be."""
-
-    @property
-    def outside(self) -> bool:
-        """Whether the child lives outside this process's store (on a remote server): the
-        response that asks for it must have landed before it is told."""
-
-    def agent_type_of(self, child_input: dict[str, JsonValue]) -> str:
-        """The agent type of the child a call with these arguments starts."""
-
-    def child_id(self, parent_id: str, call_id: str) -> str:
-        """The child's deterministic session id."""
-
-    def prepare(
-        self, parent: Parent, call_id: str, child_id: str, child_input: dict[str, JsonValue]
-    ) -> Prepared | None:
-        """The child to store with the response that asks for it, if this kind is stored so."""
-
-    async def live(
-        self,
-        children: Children,
-        call_id: str,
-        child_id: str,
-        child_input: dict[str, JsonValue],
-        new: bool,
-    ) -> Outcome:
-        """The child's whole life: found again, started or reopened, run, and its outcome.
-        `new`: the call comes from a model call of this run, so no session of it exists."""
 
 
 class Children:

@@ -20,7 +20,8 @@ from app.agents import PersistentAgent
 from app.agents.companion import CompanionTool, NameInput, SendInput, SpawnInput
 from app.protocol import SubSessionRef
 from app.runtime.calls import CallResult, parse_arguments
-from app.runtime.children import Frame, Run, Unanswered, call_result
+from app.runtime.child_kinds import Run
+from app.runtime.children import Frame, Unanswered, call_result
 from app.runtime.hooks import fire
 from app.runtime.local import NewChild, stored
 from app.runtime.outcome import Outcome, Stop

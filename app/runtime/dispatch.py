@@ -24,7 +24,8 @@ from app.agents import (
 )
 from app.protocol import ToolCall, ToolEndChunk, ToolMessage, ToolPendingChunk
 from app.runtime.calls import CallResult, execute_tool, parse_arguments, to_json
-from app.runtime.children import Delegation, Unanswered
+from app.runtime.child_kinds import Delegation
+from app.runtime.children import Unanswered
 from app.runtime.companions import companion_call
 from app.runtime.local import LocalDelegation
 from app.runtime.outcome import SUSPENDED, Outcome

@@ -28,7 +28,8 @@ from app.runtime.outcome import SUSPENDED, Outcome, Stop, stopped_outcome
 from app.runtime.scheduler import BackgroundSettings, Scheduler
 from app.runtime.steps import appended
 from app.runtime.subtree import close_subtree
-from app.runtime.trees import Tree, Trees
+from app.runtime.tree import Tree
+from app.runtime.trees import Trees
 from app.store import (
     InterruptFlag,
     SessionRecord,

@@ -19,7 +19,8 @@ from app.agents import AgentConfig, SubAgentTool, input_to_message
 from app.errors import SessionNotFoundError
 from app.ids import sub_session_id
 from app.protocol import SessionStatus, SubSessionRef, UserMessage
-from app.runtime.children import Children, Parent, Run
+from app.runtime.child_kinds import Parent, Run
+from app.runtime.children import Children
 from app.runtime.outcome import Outcome, Stop, stopped_outcome
 from app.runtime.steps import dump_state, new_record
 from app.runtime.subtree import descendants

@@ -18,7 +18,8 @@ from app.agents import PersistentAgent
 from app.agents.companion import CHILD_NAME
 from app.ids import persistent_session_id
 from app.protocol import SubSessionRef, UserMessage
-from app.runtime.children import Children, Frame, Parent, Run, TreeServices
+from app.runtime.child_kinds import Parent, Run, TreeServices
+from app.runtime.children import Children, Frame
 from app.runtime.local import NewChild
 from app.runtime.outcome import Outcome, Stop
 from app.runtime.steps import dump_state, new_record
@@ -27,7 +28,7 @@ from app.store import MessageAppend, RefUpsert, SessionRecord, WriteBatch, now_m
 if TYPE_CHECKING:
     from app.agents import AgentConfig
     from app.protocol import Message
-    from app.runtime.children import Child
+    from app.runtime.child_kinds import Child
 
 
 class ChildTree(TreeServices, Protocol):

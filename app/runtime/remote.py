@@ -22,7 +22,8 @@ from app.errors import RemoteAgentError
 from app.ids import remote_session_id
 from app.protocol import BaseChunk, RemoteRef, SubSessionRef
 from app.runtime.calls import describe_validation_error
-from app.runtime.children import Children, Parent
+from app.runtime.child_kinds import Parent
+from app.runtime.children import Children
 from app.runtime.outcome import Outcome, Stop, stopped_outcome
 from app.runtime.subtree import tell_to_stop
 from app.store import RefUpsert, WriteBatch, now_ms

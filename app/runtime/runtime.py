@@ -43,7 +43,8 @@ from app.runtime.scheduler import BackgroundSettings
 from app.runtime.starting import SessionPlan, Started, existing_session, plan_session, resumption
 from app.runtime.status import session_status, session_status_tree
 from app.runtime.steps import appended
-from app.runtime.trees import Tree, Trees
+from app.runtime.tree import Tree
+from app.runtime.trees import Trees
 from app.store import (
     MemoryStore,
     MessageAppend,

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from app.agents import AgentConfig
 from app.protocol import AssistantMessage, Message, SubSessionRef, ToolCall
-from app.runtime.children import TreeServices
+from app.runtime.child_kinds import TreeServices
 from app.runtime.outcome import Outcome
 from app.runtime.stale import Leftovers
 from app.store import SessionRecord, WriteBatch

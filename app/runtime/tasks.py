@@ -24,7 +24,8 @@ from app.errors import DelegationError
 from app.ids import task_session_id
 from app.protocol import SessionStatus, SubSessionRef
 from app.runtime.calls import CallResult, parse_arguments
-from app.runtime.children import Children, Frame, Parent
+from app.runtime.child_kinds import Parent
+from app.runtime.children import Children, Frame
 from app.runtime.hooks import fire
 from app.runtime.local import LocalChild, NewChild, new_child, stored
 from app.runtime.outcome import Outcome, Stop

@@ -427,6 +427,7 @@ async def test_a_stale_owner_never_repeats_what_the_new_owner_did(
             await until_status(there, "r", "completed")
         # The paused process wakes: its clock has moved on past the lease.
         clock = time.monotonic() + 3600
+        monkeypatch.setattr("app.runtime.tree.monotonic", lambda: clock)
         monkeypatch.setattr("app.runtime.trees.monotonic", lambda: clock)
         gate.set()
         with pytest.raises(LifecycleError):

@@ -16,7 +16,7 @@ from app.errors import StoreRefusedError
 from app.models import FunctionModel, ModelRequest, ModelResponse, ToolCall, Usage
 from app.protocol import AssistantMessage, ErrorChunk, ToolMessage, UserMessage
 from app.protocol.values import REPLACEMENT, clean_json, clean_text
-from app.runtime.trees import REFUSED_WRITE
+from app.runtime.tree import REFUSED_WRITE
 from app.store import StateStore, WriteBatch
 from tests.runtime.agents import Calls, Sum, Task, adder, registry
 
