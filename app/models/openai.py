@@ -1,10 +1,11 @@
 """Reach real LLMs through OpenAI-compatible chat completions (OpenAI, Ollama, vLLM, llama.cpp).
 
 `OpenAIChatModel` streams one chat completion per step over the official `openai` SDK and turns it
-into the `Model` events: text deltas as they arrive, then whole tool calls, then usage. Provider and
-transport failures are translated here, once: what is worth retrying becomes a
-`TransientModelError`, a refusal a `ProviderError`. The SDK retries nothing itself; `RetryingModel`
-does, and `openai_model_from_env` wires both from the environment.
+into the `Model` events: text deltas as they arrive, then whole tool calls, then usage (its chunks
+folded by app/models/openai_stream.py). Provider and transport failures are translated here,
+once: what is worth retrying becomes a `TransientModelError`, a refusal a `ProviderError`. The SDK
+retries nothing itself; `RetryingModel` does, and `openai_model_from_env` wires both from the
+environment.
 """
 
 from __future__ import annotations
@@ -13,9 +14,8 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
-from typing import Any, assert_never
+from typing import assert_never
 
 import openai
 from openai.types.chat import (
@@ -25,7 +25,8 @@ from openai.types.chat import (
 )
 
 from app.errors import DefinitionError, ModelError, ProviderError, TransientModelError
-from app.models.base import Model, ModelEvent, ModelRequest, TextDelta, ToolCallReady, Usage
+from app.models.base import Model, ModelEvent, ModelRequest, TextDelta, ToolCallReady
+from app.models.openai_stream import MalformedChunkError, ResponseAssembler
 from app.models.retry import RetryingModel
 from app.protocol import (
     AssistantMessage,
@@ -142,7 +143,7 @@ class OpenAIChatModel(Model):
             )
         except openai.OpenAIError as exc:
             raise self._translate(exc, request) from exc
-        response = _ResponseAssembler()
+        response = ResponseAssembler()
         try:
             async for chunk in chunks:
                 text = response.feed(chunk)
@@ -150,7 +151,7 @@ class OpenAIChatModel(Model):
                     yield TextDelta(text)
         except openai.OpenAIError as exc:
             raise self._translate(exc, request) from exc
-        except (json.JSONDecodeError, _MalformedChunkError) as exc:
+        except (json.JSONDecodeError, MalformedChunkError) as exc:
             raise ModelError(f"{self.name} sent a malformed stream chunk: {exc}") from exc
         finally:
             await chunks.close()
@@ -268,119 +269,6 @@ def chat_tools(request: ModelRequest) -> list[ChatCompletionFunctionToolParam]:
             }
         )
     return tools
-
-
-@dataclass(slots=True)
-class _PartialCall:
-    id: str | None = None
-    name: str = ""
-    arguments: list[str] = field(default_factory=list)
-
-
-class _MalformedChunkError(ValueError):
-    """A stream chunk that is not shaped like a `chat.completion.chunk`."""
-
-
-class _ResponseAssembler:
-    """Folds streamed chunks into text pieces, whole tool calls, a finish reason and usage.
-
-    Chunks are untrusted JSON: fields of an unexpected type are ignored rather than trusted.
-    """
-
-    __slots__ = ("_calls", "finish_reason", "usage")
-
-    def __init__(self) -> None:
-        self._calls: dict[int, _PartialCall] = {}
-        self.finish_reason: str | None = None
-        self.usage: Usage | None = None
-
-    def feed(self, chunk: object) -> str:
-        """Take in one chunk; return its text (empty when it has none)."""
-        if not isinstance(chunk, dict):
-            raise _MalformedChunkError(f"expected a JSON object, got {type(chunk).__name__}")
-        usage = chunk.get("usage")
-        if isinstance(usage, dict):
-            self.usage = Usage(
-                input_tokens=_count(usage.get("prompt_tokens")),
-                output_tokens=_count(usage.get("completion_tokens")),
-            )
-        text = ""
-        choices = chunk.get("choices")
-        for choice in choices if isinstance(choices, list) else ():
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                continue
-            delta = choice.get("delta")
-            if isinstance(delta, dict):
-                text += self._feed_delta(delta)
-            finish_reason = choice.get("finish_reason")
-            if isinstance(finish_reason, str):
-                self.finish_reason = finish_reason
-        return text
-
-    def _feed_delta(self, delta: dict[str, object]) -> str:
-        text = ""
-        # A refusal is the text the model answers instead; the user should see it.
-        for key in ("content", "refusal"):
-            piece = delta.get(key)
-            if isinstance(piece, str):
-                text += piece
-        parts = delta.get("tool_calls")
-        for part in parts if isinstance(parts, list) else ():
-            if not isinstance(part, dict):
-                continue
-            call = self._calls.setdefault(self._slot(part), _PartialCall())
-            call_id = part.get("id")
-            if isinstance(call_id, str) and call_id and call.id is None:
-                call.id = call_id
-            function = part.get("function")
-            if isinstance(function, dict):
-                name = function.get("name")
-                # Some servers repeat the whole name in every delta: the first one wins.
-                if isinstance(name, str) and name and not call.name:
-                    call.name = name
-                arguments = function.get("arguments")
-                if isinstance(arguments, str):
-                    call.arguments.append(arguments)
-        return text
-
-    def _slot(self, part: dict[str, object]) -> int:
-        index = part.get("index")
-        if isinstance(index, int):
-            return index
-        # A server that numbers nothing: a new id starts a call, anything else continues one.
-        if not self._calls:
-            return 0
-        last = max(self._calls)
-        call_id = part.get("id")
-        if isinstance(call_id, str) and call_id and call_id != self._calls[last].id:
-            return last + 1
-        return last
-
-    def tool_calls(self) -> list[ToolCall]:
-        """The assembled tool calls, in the provider's order."""
-        return [
-            ToolCall(name=call.name, arguments=parse_arguments("".join(call.arguments)), id=call.id)
-            for _, call in sorted(self._calls.items())
-        ]
-
-
-def _count(value: object) -> int:
-    return value if isinstance(value, int) else 0
-
-
-def parse_arguments(raw: str) -> dict[str, Any] | str:
-    """A tool call's arguments as a JSON object, or the raw text when they are not one.
-
-    The runtime turns raw text into a tool error the model can recover from. Empty arguments are
-    an empty object: some servers stream nothing for a call without parameters.
-    """
-    if not raw.strip():
-        return {}
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return raw
-    return value if isinstance(value, dict) else raw
 
 
 def retry_after_seconds(headers: Mapping[str, str]) -> float | None:

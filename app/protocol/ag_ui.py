@@ -14,7 +14,8 @@ What `@ag-ui/client`'s `HttpAgent` reads. One connection is one run: `RUN_STARTE
 - the end: `RUN_FINISHED` with the output (`success`), `cancelled` for an interrupt, an
   `interrupt` outcome listing the calls that wait for the client; `RUN_ERROR` for a failure.
 
-The events are the types of `app.protocol.ag_ui_events`, which the document describes.
+The events are the types of `app.protocol.ag_ui_events` (those that open and end the run, of
+`app.protocol.ag_ui_run`), which the document describes.
 
 Resuming after sequence N replays 1..N silently, then reopens what was open at N (subagents,
 steps, text messages with their ids), so the client's messages continue without repeats.
@@ -29,13 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 from app.protocol.ag_ui_events import (
-    AgentEntry,
-    AgentStatus,
     AgUiEvent,
     ChunkEvent,
-    Interrupt,
-    PatchOperation,
-    RunFinished,
     StateDelta,
     StepFinished,
     StepRedoEvent,
@@ -50,6 +46,13 @@ from app.protocol.ag_ui_events import (
     ToolCallEnd,
     ToolCallResult,
     ToolCallStart,
+)
+from app.protocol.ag_ui_run import (
+    AgentEntry,
+    AgentStatus,
+    Interrupt,
+    PatchOperation,
+    RunFinished,
 )
 
 _Attributable = TypeVar(

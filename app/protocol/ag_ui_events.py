@@ -4,20 +4,27 @@ with the union's JSON Schema (schemathesis checks that).
 
 TypedDicts, for the reasons `app.protocol.ai_sdk_parts` gives: plain dicts on the hot path, and
 optional fields that are absent, never null. They are AG-UI's own shapes (`@ag-ui/core`'s
-`EventSchema`), narrowed to what this server sends.
+`EventSchema`), narrowed to what this server sends. Those that open and end a run, with the
+tree's state, are in `app.protocol.ag_ui_run`; the events made from chunks are here.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, NotRequired
+from typing import Annotated, Literal, NotRequired
 
-from pydantic import ConfigDict, Field, TypeAdapter, WithJsonSchema, with_config
+from pydantic import ConfigDict, Field, TypeAdapter, with_config
 from typing_extensions import TypedDict  # pydantic reads typing's only from Python 3.12
 
-_CONFIG = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+from app.protocol.ag_ui_run import (
+    NotNull,
+    PatchOperation,
+    RunError,
+    RunFinished,
+    RunStarted,
+    StateSnapshot,
+)
 
-NotNull = Annotated[Any, WithJsonSchema({"not": {"type": "null"}})]
-"""Any JSON value but null (AG-UI leaves such a field out rather than null)."""
+_CONFIG = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
 
 @with_config(_CONFIG)
@@ -51,64 +58,6 @@ class _AgentEvent(_ChunkEvent):
             Field(description="The sub-agent's session id; absent for the root agent's events."),
         ]
     ]
-
-
-AgentStatus = Literal["running", "completed", "failed"]
-"""An agent's status in the tree's state."""
-
-
-@with_config(_CONFIG)
-class AgentEntry(TypedDict):
-    """One agent of the tree, in the state."""
-
-    agentType: str
-    """Its agent type."""
-    parentId: str | None
-    """The session that called it (null for the root)."""
-    status: AgentStatus
-    """Its status, as the stream tells it."""
-
-
-@with_config(_CONFIG)
-class TreeState(TypedDict):
-    """The state: the tree of agents."""
-
-    agents: dict[str, AgentEntry]
-    """Every agent of the tree, by session id."""
-
-
-@with_config(_CONFIG)
-class PatchOperation(TypedDict):
-    """A JSON Patch operation (RFC 6902) on the tree's state."""
-
-    op: Literal["add", "replace"]
-    """`add` when an agent starts, `replace` when it ends."""
-    path: str
-    """`/agents/<sessionId>`."""
-    value: AgentEntry
-    """The agent."""
-
-
-@with_config(_CONFIG)
-class RunStarted(TypedDict):
-    """Opens the run (one per connection)."""
-
-    type: Literal["RUN_STARTED"]
-    """`RUN_STARTED`."""
-    threadId: str
-    """The thread: the session's id."""
-    runId: str
-    """The run's id: the client's, or `<streamId>-<sequence it starts after>`."""
-
-
-@with_config(_CONFIG)
-class StateSnapshot(TypedDict):
-    """The tree's state at the start of the connection."""
-
-    type: Literal["STATE_SNAPSHOT"]
-    """`STATE_SNAPSHOT`."""
-    snapshot: TreeState
-    """The state."""
 
 
 @with_config(_CONFIG)
@@ -302,82 +251,6 @@ class SubagentError(_ChunkEvent):
     """`SUBAGENT_ERROR`."""
     subagentRunId: str
     """Its session id."""
-    message: str
-    """What went wrong."""
-
-
-@with_config(_CONFIG)
-class Interrupt(TypedDict):
-    """A call the run waits for the client to answer."""
-
-    id: str
-    """The interrupt's id: the call's id (answer with a `resume` entry of this `interruptId`)."""
-    reason: Literal["approval", "client_tool"]
-    """An approval, or a client tool's result."""
-    toolCallId: str
-    """The call's id."""
-    message: str
-    """What waits."""
-    subagentRunId: NotRequired[
-        Annotated[str, Field(description="The sub-agent whose call it is; absent for the root.")]
-    ]
-
-
-@with_config(_CONFIG)
-class SuccessOutcome(TypedDict):
-    """The run completed."""
-
-    type: Literal["success"]
-    """`success`."""
-
-
-@with_config(_CONFIG)
-class InterruptOutcome(TypedDict):
-    """The run is paused for the client: the next run answers these with `resume` entries."""
-
-    type: Literal["interrupt"]
-    """`interrupt`."""
-    interrupts: list[Interrupt]
-    """The calls it waits for."""
-
-
-@with_config(_CONFIG)
-class CancelledOutcome(TypedDict):
-    """The run was interrupted or terminated."""
-
-    type: Literal["cancelled"]
-    """`cancelled`."""
-
-
-RunOutcome = Annotated[
-    SuccessOutcome | InterruptOutcome | CancelledOutcome, Field(discriminator="type")
-]
-"""Why a run ended."""
-
-
-@with_config(_CONFIG)
-class RunFinished(TypedDict):
-    """The run stopped, and did not fail."""
-
-    type: Literal["RUN_FINISHED"]
-    """`RUN_FINISHED`."""
-    threadId: str
-    """The thread: the session's id."""
-    runId: str
-    """The run's id."""
-    outcome: RunOutcome
-    """How it ended."""
-    result: NotRequired[
-        Annotated[NotNull, Field(description="The root agent's output, on success, if any.")]
-    ]
-
-
-@with_config(_CONFIG)
-class RunError(TypedDict):
-    """The run failed."""
-
-    type: Literal["RUN_ERROR"]
-    """`RUN_ERROR`."""
     message: str
     """What went wrong."""
 

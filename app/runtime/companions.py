@@ -1,5 +1,6 @@
 """What the companion tools do: spawn a persistent child, message it, list the children, look
-at one, wait for one, terminate one (the tools are defined in app/agents/companion.py).
+at one, wait for one, terminate one (the tools are defined in app/agents/companion.py; the
+last three, for a child already spawned, in app/runtime/supervision.py).
 
 A blocking child runs inside its parent's call, like an ephemeral sub-agent; a non-blocking one
 runs on its own in the tree (`Tree.start`), framed in the stream from its spawn to its end, and
@@ -21,10 +22,10 @@ from app.agents.companion import CompanionTool, NameInput, SendInput, SpawnInput
 from app.protocol import SubSessionRef
 from app.runtime.calls import CallResult, parse_arguments
 from app.runtime.child_kinds import Run
-from app.runtime.children import Frame, Unanswered, call_result
+from app.runtime.children import Frame, Unanswered
 from app.runtime.hooks import fire
 from app.runtime.local import NewChild, stored
-from app.runtime.outcome import Outcome, Stop
+from app.runtime.outcome import Outcome
 from app.runtime.persistent import (
     Owner,
     auto_name,
@@ -38,14 +39,9 @@ from app.runtime.persistent import (
     open_fresh,
     persistent_refs,
 )
-from app.runtime.subtree import close_subtree, descendants
-from app.store import InboxAppend, RefUpsert, SessionRecord, WriteBatch, now_ms
-
-TERMINATED = "Terminated by its parent"
-"""The error of a child `terminateChild` ended, and of its subtree."""
-
-WAIT_DROPPED = "The session suspended while waiting: the wait runs again on resume"
-"""What a `waitForResult` cut short by its session's suspension says."""
+from app.runtime.subtree import descendants
+from app.runtime.supervision import listed, settled, status_of, terminate, wait_for
+from app.store import InboxAppend, RefUpsert, WriteBatch
 
 Later = Callable[[], Awaitable[CallResult | Unanswered]]
 """The rest of a call that opened a blocking child: running it, once the opening is over."""
@@ -99,16 +95,16 @@ class Companion:
             return opened if isinstance(opened, CallResult | Unanswered) else await opened()
         refs = await self._refs()
         if action == "list":
-            return CallResult(result={"children": [_listed(ref) for ref in refs.values()]})
+            return CallResult(result={"children": [listed(ref) for ref in refs.values()]})
         assert isinstance(args, NameInput)
         ref = refs.get(args.name)
         if ref is None:
             return _unknown(args.name, refs)
         if action == "status":
-            return await self.status(ref)
+            return await status_of(self.owner, ref)
         if action == "wait":
-            return await self.wait(ref)
-        return await self.terminate(ref)
+            return await wait_for(self.owner, self.call_id, ref)
+        return await terminate(self.owner, ref)
 
     async def _refs(self) -> dict[str, SubSessionRef]:
         """The session's persistent children, as stored once its own writes have landed."""
@@ -243,7 +239,7 @@ class Companion:
                 await tree.finished(child)
                 await tree.writer.settled()
                 latest = await stored(tree.store, child) or record
-                return await self._inline(entry.agent.name, child, None, _done(_settled(latest)))
+                return await self._inline(entry.agent.name, child, None, _done(settled(latest)))
 
             return ended
         if reopen:
@@ -253,7 +249,7 @@ class Companion:
                 await open_again(tree, self.owner.session_id, entry.agent, record, ref),
                 None,
             )
-        return lambda: self._inline(entry.agent.name, child, None, _done(_settled(record)))
+        return lambda: self._inline(entry.agent.name, child, None, _done(settled(record)))
 
     async def _run(
         self, entry: PersistentAgent, name: str, run: Run, message: str | None
@@ -288,116 +284,13 @@ class Companion:
         )
         detach(owner.tree, run, frame)
 
-    # -- status, wait, terminate -------------------------------------------------------------
-
-    async def status(self, ref: SubSessionRef) -> CallResult:
-        record = await stored(self.owner.tree.store, ref.sub_session_id)
-        if record is None:
-            return CallResult(error=f"Child {ref.name!r} is lost")
-        result: dict[str, JsonValue] = {**_listed(ref), "status": record.status}
-        result["stepCount"] = record.step_count
-        if record.status == "completed":
-            result["output"] = record.output
-        elif record.error is not None:
-            result["error"] = record.error
-        return CallResult(result=result)
-
-    async def wait(self, ref: SubSessionRef) -> CallResult | Unanswered:
-        tree = self.owner.tree
-        child = ref.sub_session_id
-        ended = tree.finished(child)
-        waiter = _Waiter(ended)
-        key = f"{child}#wait:{self.call_id}"
-        self.owner.children.running(key, waiter)
-        try:
-            await ended
-        except asyncio.CancelledError:
-            if waiter.stopped is None:
-                raise
-            return Unanswered(WAIT_DROPPED)
-        finally:
-            self.owner.children.ended(key)
-        await tree.writer.settled()
-        record = await stored(tree.store, child)
-        if record is None:
-            return CallResult(error=f"Child {ref.name!r} is lost")
-        if record.status not in ("completed", "failed", "terminated"):
-            return CallResult(error=f"Child {ref.name!r} is {record.status}: it has no result")
-        latest = persistent_refs(await tree.store.get_sub_session_refs(self.owner.session_id))
-        taken = latest.get(ref.name or "", ref).replaced({"completion_delivered": True})
-        await tree.writer.commit(WriteBatch(refs=[RefUpsert(self.owner.session_id, taken)]))
-        return call_result(_settled(record))
-
-    async def terminate(self, ref: SubSessionRef) -> CallResult:
-        tree = self.owner.tree
-        child = ref.sub_session_id
-        # The child and whatever of its subtree runs here (its own children running on their
-        # own outlive its turn) stop and record their ends; the store ends the rest.
-        subtree = [child, *await descendants(tree.store, child)]
-        running: list[str] = []
-        for session_id in subtree:
-            run: Run | None = tree.find(session_id)
-            if run is not None:
-                run.stop(Stop("terminated", TERMINATED))
-                running.append(session_id)
-        for session_id in running:
-            await tree.finished(session_id)
-        await tree.writer.settled()
-        record = await stored(tree.store, child)
-        now = now_ms()
-        latest = persistent_refs(await tree.store.get_sub_session_refs(self.owner.session_id))
-        ended = latest.get(ref.name or "", ref).replaced(
-            {"status": "terminated", "completed_at": now, "completion_delivered": True}
-        )
-        batch = WriteBatch(refs=[RefUpsert(self.owner.session_id, ended)])
-        if record is not None and record.status != "terminated":
-            batch.updated_sessions.append(
-                record.evolve(status="terminated", output=None, updated_at=now)
-            )
-            gone = Outcome("terminated", error=TERMINATED)
-            await close_subtree(tree.store, tree.registry, record, gone, batch, now)
-        await tree.writer.commit(batch)
-        return CallResult(result={**_listed(ref), "status": "terminated"})
-
-
-class _Waiter:
-    """A `waitForResult` in progress, as its session's children see it: a suspension stops
-    it (the wait is made again on resume)."""
-
-    def __init__(self, ended: asyncio.Future[None]) -> None:
-        self.ended = ended
-        self.stopped: Stop | None = None
-
-    def stop(self, stop: Stop) -> None:
-        if self.stopped is None and not self.ended.done():
-            self.stopped = stop
-            self.ended.cancel()
-
 
 def _started_by(refs: dict[str, SubSessionRef], call_id: str) -> SubSessionRef | None:
     return next((ref for ref in refs.values() if ref.parent_tool_call_id == call_id), None)
 
 
-def _settled(record: SessionRecord) -> Outcome:
-    """A stopped child's outcome, as stored."""
-    if record.status == "completed":
-        return Outcome("completed", output=record.output)
-    if record.status == "terminated":
-        return Outcome("terminated")
-    return Outcome(record.status, error=record.error or f"The child ended {record.status}")
-
-
 async def _done(outcome: Outcome) -> Outcome:
     return outcome
-
-
-def _listed(ref: SubSessionRef) -> dict[str, JsonValue]:
-    return {
-        "name": ref.name,
-        "agentType": ref.agent_type,
-        "sessionId": ref.sub_session_id,
-        "status": ref.status,
-    }
 
 
 def _spawned(name: str, child: str, status: str) -> CallResult:

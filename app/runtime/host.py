@@ -4,7 +4,8 @@ It opens a tree under its lease (with the writer of its stream), launches and re
 tree's runs, keeps the tasks they run in, renews the leases of its trees, takes over orphaned
 trees (a running session whose owner is gone) and turns the interrupts it hears of into stops
 of what runs here. `AgentRuntime` is the public face: it decides what a start or a resume
-means, and asks its host to run it. See docs/architecture.md, "Trees and leases".
+means (a resume in app/runtime/resuming.py), and asks its host to run it. See
+docs/architecture.md, "Trees and leases".
 """
 
 from __future__ import annotations

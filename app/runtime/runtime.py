@@ -21,11 +21,9 @@ from app.errors import (
     ConflictError,
     LifecycleError,
     SessionExistsError,
-    SessionNotResumableError,
-    SessionRunningError,
     StreamNotFoundError,
 )
-from app.protocol import Message, SessionStatus
+from app.protocol import SessionStatus
 from app.protocol.api import (
     ApprovalBody,
     SessionStatusView,
@@ -33,16 +31,14 @@ from app.protocol.api import (
 )
 from app.protocol.browser import SessionTreeView
 from app.protocol.values import clean_text
-from app.runtime.background import Background, background_children
 from app.runtime.handle import RunHandle
 from app.runtime.host import Host
 from app.runtime.inputs import Answers
-from app.runtime.pending import PAUSED, AnswerPlan, paused_tree, plan_answers
 from app.runtime.reader import StreamFollower
+from app.runtime.resuming import resume_root
 from app.runtime.scheduler import BackgroundSettings
-from app.runtime.starting import SessionPlan, Started, existing_session, plan_session, resumption
+from app.runtime.starting import SessionPlan, Started, existing_session, plan_session
 from app.runtime.status import session_status, session_status_tree
-from app.runtime.steps import appended
 from app.runtime.tree import Tree
 from app.runtime.trees import Trees
 from app.store import (
@@ -52,14 +48,9 @@ from app.store import (
     StateStore,
     StreamUpdate,
     WriteBatch,
-    now_ms,
 )
 
 logger = logging.getLogger(__name__)
-
-
-RESTARTED: frozenset[SessionStatus] = frozenset({"interrupted"})
-"""The ends of children running on their own that a resume without answers restarts."""
 
 
 class AgentRuntime:
@@ -288,81 +279,7 @@ class AgentRuntime:
         """
         self._check_open()
         answers = Answers.parse(tool_results, approvals)
-        if not await self.host.settled(session_id):
-            raise SessionRunningError(f"Session {session_id!r} is still saving its last run")
-        record = await self.store.get_session(session_id)
-        if not record.is_root:
-            raise SessionNotResumableError(
-                f"Session {session_id!r} is a sub-agent: resume its root session "
-                f"{record.stream_id!r}"
-            )
-        here = self.trees.get(session_id)
-        if here is not None:
-            return await self._new_turn(here, record, message, answers)
-        messages = await self.store.load_messages(session_id)
-        # Without a message, a resume also restarts the children running on their own that an
-        # interrupt stopped, or that paused and are answered now (all there is to resume, when
-        # the root's turn is over).
-        stopped: list[Background] = []
-        if message is None:
-            ends = RESTARTED if answers.empty else RESTARTED | PAUSED
-            stopped = await background_children(self.store, self.registry, session_id, ends)
-        root = not (stopped and record.status in ("completed", "failed", "terminated"))
-        new_messages: list[Message] = []
-        plan = AnswerPlan()
-        if root:
-            record, new_messages = resumption(record, message, answers)
-        if record.status == "paused_awaiting_client" or not answers.empty:
-            paused = await paused_tree(self.store, self.registry, record, strict=True)
-            plan = plan_answers(paused, answers, session_id)
-        claimed_at = monotonic()
-        if session_id in self.trees:
-            raise SessionRunningError(f"Session {session_id!r} is running")
-        tree = self.host.open_tree(session_id, 0, leased_at=claimed_at)
-        try:
-            if not await self.store.claim_session(session_id, self.owner_id, self.lease_ms):
-                raise SessionRunningError(f"Session {session_id!r} is running in another process")
-            await self.store.check_interrupt_flag(session_id)
-            for child_id, (transport, results, decisions) in plan.remote.items():
-                await transport.resume(child_id, tool_results=results, approvals=decisions)
-            tree.resume(plan.resumed)
-            new_messages += plan.messages.pop(session_id, [])
-            extra = await self._answers_below(plan)
-            return await self.host.reopen(
-                tree, record, messages, new_messages, extra=extra, background=stopped, root=root
-            )
-        except BaseException:
-            self.trees.forget(tree)
-            raise
-
-    async def _new_turn(
-        self, tree: Tree, record: SessionRecord, message: str | None, answers: Answers
-    ) -> RunHandle:
-        """A new turn of a root whose own run has ended while its tree still runs here (its
-        background children): the root runs again in that tree."""
-        session_id = record.session_id
-        if tree.find(session_id) is not None or message is None:
-            raise SessionRunningError(f"Session {session_id!r} is running")
-        record, new_messages = resumption(record, message, answers)
-        messages = await self.store.load_messages(session_id)
-        record = record.evolve(status="running", failure_reason=None, updated_at=now_ms())
-        batch = WriteBatch(
-            updated_sessions=[record],
-            messages=appended(session_id, len(messages), new_messages),
-        )
-        await tree.writer.commit(batch)
-        tree.root_status = "running"
-        config = self.registry.get(record.agent_type)
-        return self.host.launch(tree, config, record, messages + new_messages)
-
-    async def _answers_below(self, plan: AnswerPlan) -> WriteBatch:
-        """The answers to calls of the tree's other paused sessions: appended to their
-        conversations in the write that resumes the root."""
-        batch = WriteBatch()
-        for session_id, answers in plan.messages.items():
-            held = await self.store.load_messages(session_id)
-            batch.messages.extend(appended(session_id, len(held), answers))
-        return batch
+        return await resume_root(self.host, session_id, message, answers)
 
     # -- reading and control -------------------------------------------------------------------
 
