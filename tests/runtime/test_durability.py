@@ -57,6 +57,10 @@ from app.store import (
 from tests.databases import database_url
 from tests.support import check_invariants, check_tool_calls, snapshot, until, until_status
 
+SHORT_LEASE = 600
+"""The lease of a runtime a test lets die: short, for its heir to wait little, yet long enough
+that a pause of the garbage collector (100-190 ms seen under load) does not lose it."""
+
 
 class Job(BaseModel):
     message: str
@@ -183,7 +187,7 @@ async def test_a_run_abandoned_mid_step_is_taken_over_on_a_fresh_store(opener: A
     registry = build(calls, pause)
     async with opener() as store:
         async with AgentRuntime(
-            registry, store=store, lease_ms=200, takeover_interval=None
+            registry, store=store, lease_ms=SHORT_LEASE, takeover_interval=None
         ) as doomed:
             await doomed.execute("root", "go", session_id="r")
             # Each worker has committed its first step and is inside its second model call.
@@ -259,7 +263,7 @@ async def test_an_interrupt_of_an_orphaned_tree_reaches_every_session(opener: An
     workers = [f"r-sub-call-0-{i}" for i in range(3)]
     async with opener() as store:
         async with AgentRuntime(
-            registry, store=store, lease_ms=200, takeover_interval=None
+            registry, store=store, lease_ms=SHORT_LEASE, takeover_interval=None
         ) as doomed:
             await doomed.execute("root", "go", session_id="r")
             await until(lambda: sum(k.endswith(" 1") and "sub" in k for k in calls) == 3)
@@ -461,7 +465,7 @@ async def test_a_step_redone_otherwise_after_a_crash_ends_the_calls_it_left_open
     registry = AgentRegistry([define_agent("napper", tools=[nap], model=FunctionModel(model))])
     async with (
         opener() as store,
-        AgentRuntime(registry, store=store, lease_ms=200, takeover_interval=None) as doomed,
+        AgentRuntime(registry, store=store, lease_ms=SHORT_LEASE, takeover_interval=None) as doomed,
     ):
         await doomed.execute("napper", "go", session_id="n")
         await until_chunk(store, "n", "tool_start")
@@ -522,7 +526,7 @@ async def test_a_call_a_dead_process_left_open_ends_in_its_own_step_when_the_hei
     registry = napper([30.0])
     async with (
         opener() as store,
-        AgentRuntime(registry, store=store, lease_ms=200, takeover_interval=None) as doomed,
+        AgentRuntime(registry, store=store, lease_ms=SHORT_LEASE, takeover_interval=None) as doomed,
     ):
         await doomed.execute("napper", "go", session_id="n")
         await until_chunk(store, "n", "tool_start")
@@ -568,7 +572,7 @@ async def test_an_interrupt_a_failed_takeover_read_is_honoured_by_the_next_one(
     registry = napper([30.0, 30.0])
     async with MemoryStore() as store:
         async with AgentRuntime(
-            registry, store=store, lease_ms=200, takeover_interval=None
+            registry, store=store, lease_ms=SHORT_LEASE, takeover_interval=None
         ) as doomed:
             await doomed.execute("napper", "go", session_id="n")
             await until_chunk(store, "n", "tool_start")
@@ -582,7 +586,8 @@ async def test_an_interrupt_a_failed_takeover_read_is_honoured_by_the_next_one(
             return await read_chunks(*args, **kwargs)
 
         monkeypatch.setattr(store, "read_chunks", flaky)
-        async with AgentRuntime(registry, store=store, lease_ms=200, takeover_interval=0.05):
+        heir = AgentRuntime(registry, store=store, lease_ms=SHORT_LEASE, takeover_interval=0.05)
+        async with heir:
             await until_status(store, "n", "interrupted")
         assert not failures
 
