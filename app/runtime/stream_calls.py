@@ -11,6 +11,7 @@ from typing import Any
 
 from app.protocol import (
     AssistantMessage,
+    BaseChunk,
     Message,
     RedoReason,
     ToolEndChunk,
@@ -60,7 +61,7 @@ class StreamCalls:
         self._begun = 0
         return reason
 
-    def seen(self, chunk_type: type[Any], fields: dict[str, Any], step: int) -> None:
+    def seen(self, chunk_type: type[BaseChunk], fields: dict[str, Any], step: int) -> None:
         """Keep track of a chunk the session emitted in `step`."""
         if chunk_type is ToolStartChunk:
             self._open[fields["tool_call_id"]] = (fields["tool_name"], step)
